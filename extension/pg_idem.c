@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_idem.c
+ *	  Module entry point: settings, and what needs shared_preload_libraries.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "pg_idem.h"
+
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/* Define the settings; loaded on first use or by shared_preload_libraries. */
+void
+_PG_init(void)
+{
+	idem_define_settings();
+	MarkGUCPrefixReserved("idem");
+}

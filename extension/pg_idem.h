@@ -1,0 +1,73 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_idem.h
+ *	  Declarations shared by the pg_idem modules.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PG_IDEM_H
+#define PG_IDEM_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/timestamp.h"
+
+/* Length of a cache key and of a request hash: a SHA-256 digest. */
+#define IDEM_DIGEST_LEN 32
+
+#ifndef USECS_PER_MSEC
+#define USECS_PER_MSEC INT64CONST(1000)
+#endif
+
+/* Longest Idempotency-Key value accepted, in bytes (IETF draft guidance). */
+#define IDEM_MAX_KEY_BYTES 255
+
+/*
+ * pg_idem's own SQLSTATEs.  Class "IL" is implementation-defined (the SQL
+ * standard reserves classes starting with 0-4 and A-H).
+ */
+#define ERRCODE_IDEM_LEASE_LOST			MAKE_SQLSTATE('I','L','0','0','1')
+#define ERRCODE_IDEM_CLAIM_UNFINISHED	MAKE_SQLSTATE('I','L','0','0','2')
+
+/* Settings (settings.c). */
+extern int	idem_lease_ms;
+extern int	idem_max_lease_ms;
+extern int	idem_ttl_s;
+extern int	idem_failure_cooldown_ms;
+extern int	idem_max_response_bytes;
+
+extern void idem_define_settings(void);
+extern Interval *idem_lease_argument(FunctionCallInfo fcinfo, int argno,
+									 const char *what, bool allow_zero,
+									 int default_ms);
+extern Interval *idem_ms_interval(int64 ms);
+
+/* Argument checks shared by every SQL-callable function (settings.c). */
+extern void idem_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern bytea *idem_digest_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+
+/* Hashing (key.c). */
+extern void idem_sha256(const uint8 *data, size_t len, uint8 *out);
+
+/*
+ * A cached, schema-qualified SPI statement (statements.c).  "@extschema@"
+ * in the text is replaced by the extension's schema, so the functions work
+ * whatever the caller's search_path is.
+ */
+typedef struct IdemStatement
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[8];
+	SPIPlanPtr	plan;			/* kept plan, or NULL before first use */
+	Oid			namespace;		/* schema the plan was prepared for */
+} IdemStatement;
+
+extern Oid	idem_function_namespace(FunctionCallInfo fcinfo);
+extern int	idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
+						 const char *nulls, bool read_only, long count);
+
+#endif							/* PG_IDEM_H */

@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ *
+ * statements.c
+ *	  Cached SPI plans qualified with the extension's schema.
+ *
+ * Every SQL-callable function of pg_idem runs a handful of fixed statements
+ * against its own tables.  Preparing them once per backend and keeping the
+ * plans (as ri_triggers.c does) keeps the per-call cost near that of the
+ * bare statements.  Plans name the tables with the schema the calling
+ * function lives in, so a caller's search_path can neither break nor
+ * redirect them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "pg_idem.h"
+
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+/* The schema of the SQL-callable function being run: the extension's. */
+Oid
+idem_function_namespace(FunctionCallInfo fcinfo)
+{
+	Oid			fn_oid = fcinfo->flinfo->fn_oid;
+	Oid			namespace = get_func_namespace(fn_oid);
+
+	if (!OidIsValid(namespace))
+		elog(ERROR, "cache lookup failed for function %u", fn_oid);
+	return namespace;
+}
+
+/* Statement text with every @extschema@ replaced by the quoted schema. */
+static char *
+qualified_sql(const char *sql, Oid namespace)
+{
+	const char *schema;
+	const char *token = "@extschema@";
+	size_t		token_len = strlen(token);
+	StringInfoData buf;
+	const char *p = sql;
+	const char *hit;
+	char	   *name = get_namespace_name(namespace);
+
+	if (name == NULL)
+		elog(ERROR, "cache lookup failed for namespace %u", namespace);
+	schema = quote_identifier(name);
+
+	initStringInfo(&buf);
+	while ((hit = strstr(p, token)) != NULL)
+	{
+		appendBinaryStringInfo(&buf, p, hit - p);
+		appendStringInfoString(&buf, schema);
+		p = hit + token_len;
+	}
+	appendStringInfoString(&buf, p);
+	return buf.data;
+}
+
+/* The statement's kept plan for this schema, prepared on first use. */
+static SPIPlanPtr
+statement_plan(IdemStatement *stmt, Oid namespace)
+{
+	SPIPlanPtr	plan;
+
+	if (stmt->plan != NULL && stmt->namespace == namespace)
+		return stmt->plan;
+
+	/* The extension was re-created elsewhere: forget the old plan. */
+	if (stmt->plan != NULL)
+	{
+		SPI_freeplan(stmt->plan);
+		stmt->plan = NULL;
+	}
+
+	plan = SPI_prepare(qualified_sql(stmt->sql, namespace), stmt->nargs,
+					   stmt->argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+			 stmt->sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	stmt->plan = plan;
+	stmt->namespace = namespace;
+	return plan;
+}
+
+/*
+ * Run a cached statement; the caller is connected to SPI.  Returns
+ * SPI_processed.  A volatile (read_only = false) execution takes a fresh
+ * snapshot, so under READ COMMITTED every statement sees the latest
+ * committed state of the key, as the claim protocol requires.
+ */
+int
+idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
+			 const char *nulls, bool read_only, long count)
+{
+	int			rc;
+
+	rc = SPI_execute_plan(statement_plan(stmt, namespace), values, nulls,
+						  read_only, count);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
+			 stmt->sql, SPI_result_code_string(rc));
+	return (int) SPI_processed;
+}
