@@ -1,0 +1,1 @@
+SELECT encode(idem_key('u', 'POST', '/p', 'k1'), 'hex');
