@@ -181,21 +181,19 @@ new_claim_id(void)
 	return uuid;
 }
 
-/* The generation sequence of the extension's schema (cached per schema). */
+/*
+ * The generation sequence of the extension's schema.  Looked up on every
+ * claim (one syscache probe): an OID cached per schema would outlive a
+ * DROP EXTENSION + CREATE EXTENSION in the same session.
+ */
 static Oid
 generation_sequence(Oid namespace)
 {
-	static Oid	cached_namespace = InvalidOid;
-	static Oid	cached_sequence = InvalidOid;
+	Oid			sequence = get_relname_relid("idem_generation_seq", namespace);
 
-	if (namespace != cached_namespace || !OidIsValid(cached_sequence))
-	{
-		cached_sequence = get_relname_relid("idem_generation_seq", namespace);
-		if (!OidIsValid(cached_sequence))
-			elog(ERROR, "pg_idem sequence idem_generation_seq is missing");
-		cached_namespace = namespace;
-	}
-	return cached_sequence;
+	if (!OidIsValid(sequence))
+		elog(ERROR, "pg_idem sequence idem_generation_seq is missing");
+	return sequence;
 }
 
 /* Copy of the single row the last SPI statement returned. */
@@ -360,6 +358,31 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 			 errhint("The transaction might succeed if retried.")));
 }
 
+/* Count a claim outcome (followers' and winners' alike). */
+static void
+count_claim_outcome(const char *outcome)
+{
+	static const struct
+	{
+		const char *name;
+		IdemCounter counter;
+	}			counters[] = {
+		{"claimed", IDEM_STAT_CLAIMED},
+		{"recovered_ttl", IDEM_STAT_RECOVERED_TTL},
+		{"recovered_abandoned", IDEM_STAT_RECOVERED_ABANDONED},
+		{"replay", IDEM_STAT_REPLAY},
+		{"mismatch", IDEM_STAT_MISMATCH},
+		{"in_progress", IDEM_STAT_IN_PROGRESS},
+		{"cooldown", IDEM_STAT_COOLDOWN},
+		{"not_replayable", IDEM_STAT_NOT_REPLAYABLE},
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(counters); i++)
+		if (strcmp(outcome, counters[i].name) == 0)
+			idem_count(counters[i].counter, 1);
+}
+
 /* Build the idem_claim_result row; called inside SPI, allocates in outer. */
 static Datum
 claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
@@ -426,6 +449,7 @@ claim_common(FunctionCallInfo fcinfo, Interval *lease, bool in_transaction)
 	answer.retry_after_us = -1;
 	SPI_connect();
 	claim_key(namespace, cache_key, request_hash, lease, in_transaction, &answer);
+	count_claim_outcome(answer.outcome);
 	result = claim_result(fcinfo, &answer, outer);
 	SPI_finish();
 	return result;
@@ -516,6 +540,14 @@ fenced_write(FunctionCallInfo fcinfo, IdemStatement *stmt, Datum *values,
 	return n;
 }
 
+/* Count a fenced write: done by the owner, or refused to a non-owner. */
+static bool
+count_fenced(int rows, IdemCounter done)
+{
+	idem_count(rows == 1 ? done : IDEM_STAT_LEASE_LOST, 1);
+	return rows == 1;
+}
+
 /* idem_renew(cache_key, claim_id, lease): new expiry, NULL if not owned. */
 Datum
 idem_renew(PG_FUNCTION_ARGS)
@@ -529,7 +561,11 @@ idem_renew(PG_FUNCTION_ARGS)
 													  idem_lease_ms));
 	/* timestamptz is pass-by-value, so it survives SPI_finish. */
 	if (fenced_write(fcinfo, &renew_claim, values, NULL, &expires, &isnull) == 0 || isnull)
+	{
+		idem_count(IDEM_STAT_RENEW_LOST, 1);
 		PG_RETURN_NULL();
+	}
+	idem_count(IDEM_STAT_RENEWED, 1);
 	PG_RETURN_DATUM(expires);
 }
 
@@ -631,7 +667,11 @@ idem_finalize(PG_FUNCTION_ARGS)
 	values[5] = BoolGetDatum(replayable);
 
 	if (fenced_write(fcinfo, &finalize_claim, values, nulls, NULL, NULL) == 1)
+	{
+		idem_count(IDEM_STAT_FINALIZED, 1);
 		PG_RETURN_BOOL(true);
+	}
+	idem_count(IDEM_STAT_LEASE_LOST, 1);
 	if (strict)
 		report_lease_lost(fcinfo, "finalize");
 	PG_RETURN_BOOL(false);
@@ -644,7 +684,8 @@ idem_release(PG_FUNCTION_ARGS)
 	Datum		values[2];
 
 	fence_args(fcinfo, values);
-	PG_RETURN_BOOL(fenced_write(fcinfo, &release_claim, values, NULL, NULL, NULL) == 1);
+	PG_RETURN_BOOL(count_fenced(fenced_write(fcinfo, &release_claim, values, NULL, NULL, NULL),
+								IDEM_STAT_RELEASED));
 }
 
 /*
@@ -660,5 +701,6 @@ idem_fail(PG_FUNCTION_ARGS)
 	fence_args(fcinfo, values);
 	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 2, "cooldown", true,
 													  idem_failure_cooldown_ms));
-	PG_RETURN_BOOL(fenced_write(fcinfo, &fail_claim, values, NULL, NULL, NULL) == 1);
+	PG_RETURN_BOOL(count_fenced(fenced_write(fcinfo, &fail_claim, values, NULL, NULL, NULL),
+								IDEM_STAT_FAILED));
 }

@@ -6,7 +6,9 @@
  * The age and state predicate stands in the DELETE itself, not only in the
  * subquery that picks the batch: a key re-claimed, renewed or finalized
  * between the pick and the delete is re-checked against its newest version
- * and survives (the bug in the seed's original cleanup).  SKIP LOCKED lets
+ * and survives (the bug in the seed's original cleanup).  The batch is
+ * picked with the same predicate, so failed keys still in their cooldown
+ * cannot fill every batch and stall the cleanup.  SKIP LOCKED lets
  * several sessions clean at once without waiting on one another or on a
  * key that is being written.
  *
@@ -26,6 +28,7 @@ static IdemStatement delete_expired = {
 	"  SELECT cache_key FROM @extschema@.idem_keys"
 	"   WHERE state IN ('completed', 'failed')"
 	"     AND created_at < clock_timestamp() - $2"
+	"     AND (state = 'completed' OR lease_expires_at < clock_timestamp())"
 	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	" DELETE FROM @extschema@.idem_keys k USING batch"
 	"  WHERE k.cache_key = batch.cache_key"
@@ -57,5 +60,6 @@ idem_cleanup(PG_FUNCTION_ARGS)
 	SPI_connect();
 	deleted = idem_execute(&delete_expired, namespace, values, NULL, false, 0);
 	SPI_finish();
+	idem_count(IDEM_STAT_CLEANUP_DELETED, deleted);
 	PG_RETURN_INT64(deleted);
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * pg_idem.c
- *	  Module entry point: settings, and what needs shared_preload_libraries.
+ *	  Module entry point: settings, statistics and the cleanup worker.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,5 +18,7 @@ void
 _PG_init(void)
 {
 	idem_define_settings();
+	idem_stats_init();
+	idem_worker_init();
 	MarkGUCPrefixReserved("idem");
 }
