@@ -1,1 +1,0 @@
-SELECT encode(idem_key('u', 'POST', '/p', 'k1'), 'hex');
