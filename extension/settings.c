@@ -83,19 +83,23 @@ idem_ms_interval(int64 ms)
 
 /*
  * Exact length of an interval in microseconds, with a month counted as 30
- * days and a day as 24 hours (as EXTRACT(epoch) does).  Returns false on
- * overflow.
+ * days and a day as 24 hours (as EXTRACT(epoch) does), saturated to
+ * PG_INT64_MIN or PG_INT64_MAX on overflow so that a huge negative
+ * interval is still reported as negative.
  */
-static bool
-interval_usecs(const Interval *span, int64 *usecs)
+static int64
+interval_usecs(const Interval *span)
 {
 	int64		days;
 	int64		day_usecs;
+	int64		usecs;
 
 	days = (int64) span->month * DAYS_PER_MONTH + span->day;
 	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &day_usecs))
-		return false;
-	return !pg_add_s64_overflow(day_usecs, span->time, usecs);
+		return days < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	if (pg_add_s64_overflow(day_usecs, span->time, &usecs))
+		return day_usecs < 0 ? PG_INT64_MIN : PG_INT64_MAX;
+	return usecs;
 }
 
 /*
@@ -114,8 +118,8 @@ idem_lease_argument(FunctionCallInfo fcinfo, int argno, const char *what,
 
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		usecs = (int64) default_ms * USECS_PER_MSEC;
-	else if (!interval_usecs(PG_GETARG_INTERVAL_P(argno), &usecs))
-		usecs = PG_INT64_MAX;
+	else
+		usecs = interval_usecs(PG_GETARG_INTERVAL_P(argno));
 
 	if (usecs < min_usecs)
 		ereport(ERROR,

@@ -64,14 +64,18 @@ idem_worker_init(void)
 							NULL,
 							&idem_cleanup_batch, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	/*
+	 * What follows exists only at server start: a PGC_POSTMASTER setting
+	 * defined by a backend that loads the library later is a FATAL error.
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
 	DefineCustomStringVariable("idem.database",
 							   "Database the cleanup worker connects to.",
 							   NULL,
 							   &idem_database, "postgres",
 							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
