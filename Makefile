@@ -37,7 +37,7 @@ $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
 	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXT)" to load this file. \quit'; \
 	  for f in $^; do echo; echo "-- $$f"; cat $$f; done; } > $@
 
-$(OBJS): extension/pg_idem.h
+$(OBJS): $(wildcard extension/*.h)
 
 .PHONY: test demo bench
 test:

@@ -6,6 +6,7 @@
  *-------------------------------------------------------------------------
  */
 #include "pg_idem.h"
+#include "messages.h"
 
 #include "utils/guc.h"
 
@@ -18,6 +19,7 @@ void
 _PG_init(void)
 {
 	idem_define_settings();
+	idem_define_message_settings();
 	idem_stats_init();
 	idem_worker_init();
 	MarkGUCPrefixReserved("idem");

@@ -119,7 +119,7 @@ typedef struct IdemStatement
 {
 	const char *sql;
 	int			nargs;
-	Oid			argtypes[8];
+	Oid			argtypes[12];
 	SPIPlanPtr	plan;			/* kept plan, or NULL before first use */
 	Oid			namespace;		/* schema the plan was prepared for */
 } IdemStatement;

@@ -1,0 +1,115 @@
+-- The transactional outbox: events staged in the caller's transaction and
+-- published by drainers that claim them in batches under a fenced lease.
+
+-- An event's id orders it: per-key order is id order.  An explicit
+-- sequence (not an identity) so that pg_dump keeps its position.
+CREATE SEQUENCE idem_outbox_id_seq AS bigint;
+
+CREATE TABLE idem_outbox (
+    id            bigint      NOT NULL DEFAULT nextval('idem_outbox_id_seq'),
+    topic         text        NOT NULL,
+    message_key   text,
+    key_hash      bytea,
+    payload       jsonb,
+    payload_bytes bytea,
+    headers       jsonb,
+    state         text        NOT NULL DEFAULT 'pending',
+    attempts      integer     NOT NULL DEFAULT 0,
+    last_error    text,
+    available_at  timestamptz NOT NULL,
+    claim_token   uuid,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    published_at  timestamptz,
+    dead_at       timestamptz,
+    CONSTRAINT idem_outbox_pkey PRIMARY KEY (id),
+    CONSTRAINT idem_outbox_state CHECK (state IN ('pending', 'published', 'dead')),
+    CONSTRAINT idem_outbox_one_payload CHECK ((payload IS NULL) <> (payload_bytes IS NULL)),
+    CONSTRAINT idem_outbox_key_hashed
+        CHECK ((message_key IS NULL) = (key_hash IS NULL)
+               AND (key_hash IS NULL OR octet_length(key_hash) = 32)),
+    CONSTRAINT idem_outbox_topic_length CHECK (octet_length(topic) BETWEEN 1 AND 255),
+    CONSTRAINT idem_outbox_attempts CHECK (attempts >= 0),
+    CONSTRAINT idem_outbox_published_at CHECK ((state = 'published') = (published_at IS NOT NULL)),
+    CONSTRAINT idem_outbox_dead_at CHECK ((state = 'dead') = (dead_at IS NOT NULL))
+);
+ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox.id;
+
+COMMENT ON TABLE idem_outbox IS
+    'pg_idem: outbox events; written only through the idem_outbox_* functions';
+COMMENT ON COLUMN idem_outbox.available_at IS
+    'when the event can next be claimed: staging delay, nack backoff, or the end of the current lease';
+COMMENT ON COLUMN idem_outbox.attempts IS
+    'publish attempts so far, counted when a drainer claims the event';
+COMMENT ON COLUMN idem_outbox.key_hash IS
+    'SHA-256 of message_key: the caller''s string itself is never indexed';
+
+-- What a claim scans: pending events in the order they become claimable.
+CREATE INDEX idem_outbox_claimable ON idem_outbox (available_at, id)
+    WHERE state = 'pending';
+-- The per-key order probe: is an earlier event of this key still pending?
+CREATE INDEX idem_outbox_key_order ON idem_outbox (key_hash, id)
+    WHERE state = 'pending' AND key_hash IS NOT NULL;
+
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox_id_seq', '');
+
+CREATE FUNCTION idem_outbox_stage(topic text, payload jsonb, key text DEFAULT NULL,
+                                  headers jsonb DEFAULT NULL,
+                                  delay interval DEFAULT '0')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_stage_json'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_stage(text, jsonb, text, jsonb, interval) IS
+    'stage an event with a JSON payload in the caller''s transaction; returns its id';
+
+CREATE FUNCTION idem_outbox_stage(topic text, payload bytea, key text DEFAULT NULL,
+                                  headers jsonb DEFAULT NULL,
+                                  delay interval DEFAULT '0')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_stage_bytes'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_stage(text, bytea, text, jsonb, interval) IS
+    'stage an event with a binary payload in the caller''s transaction; returns its id';
+
+CREATE FUNCTION idem_outbox_claim(batch integer, lease interval DEFAULT NULL)
+RETURNS TABLE (id bigint, topic text, key text, payload jsonb, payload_bytes bytea,
+               headers jsonb, attempts integer, created_at timestamptz,
+               claim_token uuid, lease_expires_at timestamptz)
+AS 'MODULE_PATHNAME', 'idem_outbox_claim'
+LANGUAGE C VOLATILE ROWS 100;
+COMMENT ON FUNCTION idem_outbox_claim(integer, interval) IS
+    'lease at most batch claimable events to a fresh claim token (run in its own transaction)';
+
+CREATE FUNCTION idem_outbox_ack(token uuid, ids bigint[])
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_outbox_ack'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_ack(uuid, bigint[]) IS
+    'mark published the events among ids that the claim still holds; returns how many';
+
+CREATE TYPE idem_outbox_nack_result AS (
+    outcome     text,
+    attempts    integer,
+    retry_after interval
+);
+
+CREATE FUNCTION idem_outbox_nack(token uuid, id bigint, error text)
+RETURNS idem_outbox_nack_result
+AS 'MODULE_PATHNAME', 'idem_outbox_nack'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_nack(uuid, bigint, text) IS
+    'a failed publish: retry after the backoff, dead after the last attempt, or stale';
+
+CREATE FUNCTION idem_outbox_prune(older_than interval, batch integer DEFAULT 1000)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_prune'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_prune(interval, integer) IS
+    'delete at most batch published or dead events finished more than older_than ago';
+
+CREATE FUNCTION idem_outbox_wait(timeout interval)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_outbox_wait'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_wait(interval) IS
+    'true as soon as an event is claimable, false after timeout (adaptive poll, no NOTIFY)';
