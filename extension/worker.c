@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *	  The cleanup worker: deletes expired keys (and prunes the other
- *	  modules' finished rows) so that no cron job is needed.
+ *	  The cleanup worker: deletes expired keys and prunes finished outbox
+ *	  events, inbox messages and attempts, so that no cron job is needed.
  *
  * Registered when pg_idem is in shared_preload_libraries.  It connects to
  * idem.database, waits a random part of idem.cleanup_interval first (so
@@ -40,8 +40,33 @@ static int	idem_cleanup_interval_s = 60;
 static int	idem_cleanup_batch = 1000;
 static char *idem_database = NULL;
 
-/* Most batches one pass runs: bounds a pass when the table is far behind. */
+static int	idem_outbox_retention_s = 7 * 24 * 60 * 60;
+static int	idem_inbox_retention_s = 7 * 24 * 60 * 60;
+static int	idem_attempt_retention_s = 31 * 24 * 60 * 60;
+
+/* Most batches of one job in a pass: bounds a pass when far behind. */
 #define MAX_BATCHES_PER_PASS 100
+
+/*
+ * What a pass runs, in order.  $1 is idem.cleanup_batch, $2 the job's
+ * retention.  A job whose function the installed version lacks is skipped.
+ */
+typedef struct CleanupJob
+{
+	const char *function;		/* signature, for the existence check */
+	const char *call;			/* %s: the extension's schema */
+	int		   *retention_s;	/* NULL: the function uses idem.ttl */
+} CleanupJob;
+
+static const CleanupJob cleanup_jobs[] = {
+	{"idem_cleanup(integer)", "SELECT %s.idem_cleanup($1)", NULL},
+	{"idem_outbox_prune(interval,integer)", "SELECT %s.idem_outbox_prune($2, $1)",
+	&idem_outbox_retention_s},
+	{"idem_inbox_prune(interval,integer)", "SELECT %s.idem_inbox_prune($2, $1)",
+	&idem_inbox_retention_s},
+	{"idem_attempt_prune(interval,integer)", "SELECT %s.idem_attempt_prune($2, $1)",
+	&idem_attempt_retention_s},
+};
 
 /* Define the worker's settings and register it (preload only). */
 void
@@ -64,6 +89,22 @@ idem_worker_init(void)
 							NULL,
 							&idem_cleanup_batch, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.outbox_retention",
+							"Age after which the worker prunes published and dead outbox events.",
+							NULL,
+							&idem_outbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.inbox_retention",
+							"Age after which the worker prunes done and dead inbox messages (the dedup window).",
+							NULL,
+							&idem_inbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.attempt_retention",
+							"Age after which the worker prunes finished attempts.",
+							NULL,
+							&idem_attempt_retention_s, 31 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+
 	/*
 	 * What follows exists only at server start: a PGC_POSTMASTER setting
 	 * defined by a backend that loads the library later is a FATAL error.
@@ -105,9 +146,13 @@ extension_schema(void)
 	return pstrdup(quote_identifier(NameStr(*DatumGetName(schema))));
 }
 
-/* One batch in its own transaction; rows deleted, or -1 if not installed. */
+/*
+ * One batch of one job in its own transaction: rows deleted, 0 when the
+ * job's function does not exist in the installed version, or -1 when
+ * pg_idem is not installed in this database.
+ */
 static int64
-cleanup_batch(void)
+run_batch(const CleanupJob *job)
 {
 	char	   *schema;
 	int64		deleted = -1;
@@ -116,20 +161,30 @@ cleanup_batch(void)
 	StartTransactionCommand();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "pg_idem cleanup");
+	pgstat_report_activity(STATE_RUNNING, job->function);
 
 	schema = extension_schema();
 	if (schema != NULL)
 	{
-		Datum		batch = Int32GetDatum(idem_cleanup_batch);
-		Oid			argtype = INT4OID;
+		char	   *signature = psprintf("%s.%s", schema, job->function);
+		Oid			argtypes[2] = {INT4OID, INTERVALOID};
+		Datum		args[2];
 		bool		isnull;
-		char	   *sql = psprintf("SELECT %s.idem_cleanup($1)", schema);
 
-		if (SPI_execute_with_args(sql, 1, &argtype, &batch, NULL, false, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not run %s", sql);
-		deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-											  SPI_tuptable->tupdesc, 1, &isnull));
+		deleted = 0;
+		if (OidIsValid(DatumGetObjectId(DirectFunctionCall1(to_regprocedure,
+															CStringGetTextDatum(signature)))))
+		{
+			char	   *sql = psprintf(job->call, schema);
+
+			args[0] = Int32GetDatum(idem_cleanup_batch);
+			args[1] = IntervalPGetDatum(idem_ms_interval(job->retention_s == NULL ? 0 :
+														 (int64) *job->retention_s * 1000));
+			if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not run %s", sql);
+			deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 1, &isnull));
+		}
 	}
 
 	SPI_finish();
@@ -140,31 +195,36 @@ cleanup_batch(void)
 	return deleted;
 }
 
-/* A pass: batches until one comes back short, at most MAX_BATCHES_PER_PASS. */
+/* A pass: each job in batches until one comes back short (bounded). */
 static void
 cleanup_pass(void)
 {
 	static bool reported_missing = false;
-	int			i;
+	int			j;
 
-	for (i = 0; i < MAX_BATCHES_PER_PASS; i++)
+	for (j = 0; j < lengthof(cleanup_jobs); j++)
 	{
-		int64		deleted = cleanup_batch();
+		int			i;
 
-		if (deleted < 0)
+		for (i = 0; i < MAX_BATCHES_PER_PASS; i++)
 		{
-			if (!reported_missing)
-				ereport(LOG,
-						(errmsg("pg_idem cleanup worker: extension pg_idem is not installed in database \"%s\"",
-								idem_database),
-						 errhint("Run CREATE EXTENSION pg_idem there, or set idem.database.")));
-			reported_missing = true;
-			return;
+			int64		deleted = run_batch(&cleanup_jobs[j]);
+
+			if (deleted < 0)
+			{
+				if (!reported_missing)
+					ereport(LOG,
+							(errmsg("pg_idem cleanup worker: extension pg_idem is not installed in database \"%s\"",
+									idem_database),
+							 errhint("Run CREATE EXTENSION pg_idem there, or set idem.database.")));
+				reported_missing = true;
+				return;
+			}
+			reported_missing = false;
+			if (deleted < idem_cleanup_batch)
+				break;
+			CHECK_FOR_INTERRUPTS();
 		}
-		reported_missing = false;
-		if (deleted < idem_cleanup_batch)
-			return;
-		CHECK_FOR_INTERRUPTS();
 	}
 }
 

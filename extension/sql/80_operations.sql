@@ -45,3 +45,18 @@ SELECT cache_key, generation, finished_at, lease_expires_at AS cooldown_ends_at,
   FROM idem_keys
  WHERE state = 'failed' AND lease_expires_at > clock_timestamp();
 COMMENT ON VIEW idem_cooling IS 'failed keys still in their cooldown';
+
+CREATE VIEW idem_outbox_dead AS
+SELECT id, topic, message_key, attempts, last_error, created_at, dead_at
+  FROM idem_outbox
+ WHERE state = 'dead';
+COMMENT ON VIEW idem_outbox_dead IS
+    'outbox events that used up their attempts (payloads stay in idem_outbox)';
+
+CREATE VIEW idem_inbox_dead AS
+SELECT consumer, message_id, error_count, max_attempts, last_error,
+       received_at, failed_at, dead_at
+  FROM idem_inbox
+ WHERE state = 'dead';
+COMMENT ON VIEW idem_inbox_dead IS
+    'inbox messages that reached their retry cap; revive one with idem_inbox_retry';

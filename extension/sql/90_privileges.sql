@@ -27,7 +27,7 @@ DECLARE
         'idem_inbox_begin', 'idem_inbox_done', 'idem_inbox_fail',
         'idem_attempt_open', 'idem_attempt_object_key', 'idem_attempt_store',
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',
-        'idem_attempt_safe_name', 'idem_intent_hash'];
+        'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash'];
     -- Pure functions of their arguments: no table, no need for definer rights.
     pure_functions CONSTANT text[] := ARRAY[
         'idem_key', 'idem_request_hash', 'idem_attempt_object_key',
