@@ -15,11 +15,17 @@ OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*.c)))
 PG_CPPFLAGS = -I$(srcdir)/extension
 PG_CFLAGS   = -Werror=implicit-function-declaration
 
-# The install script is assembled from one file per concern; upgrade
-# scripts are kept as written, one per release step.
+# The install script of the current version is assembled from one file per
+# concern (extension/sql/NN_*.sql, in name order).  Install scripts of
+# released versions are frozen in extension/.  Each release step's upgrade
+# script is assembled from the pieces that step introduced, plus
+# extension/upgrades/<step>.sql for changes to objects that already existed;
+# tests/t/050_upgrade.pl checks that every path ends where a fresh install does.
 MODULEDIR   = extension
-DATA        = extension/$(EXT).control $(wildcard extension/upgrades/$(EXT)--*--*.sql)
-DATA_built  = $(EXT)--$(EXTVERSION).sql
+STEP_0.1.0--0.2.0 = 40_outbox 50_inbox 60_attempts 70_version_guard 80_operations 90_privileges
+UPGRADES    = $(EXT)--0.1.0--0.2.0.sql
+DATA        = extension/$(EXT).control $(wildcard extension/$(EXT)--*.sql)
+DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADES)
 EXTRA_CLEAN = $(EXT)--*.sql results regression.diffs regression.out \
               output_iso tmp_check
 
@@ -32,10 +38,18 @@ ISOLATION_OPTS = --inputdir=tests/isolation --load-extension=$(EXT)
 TAP_TESTS    = 1
 PROVE_TESTS  = $(sort $(wildcard tests/t/*.pl))
 
-$(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
-	{ echo '-- generated from extension/sql/*.sql: edit those files'; \
-	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXT)" to load this file. \quit'; \
+# assemble: concatenate the prerequisites into $@ behind the psql guard.
+define assemble
+	{ echo '-- generated from $^: edit those files'; \
+	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXT)" or "ALTER EXTENSION $(EXT) UPDATE" to load this file. \quit'; \
 	  for f in $^; do echo; echo "-- $$f"; cat $$f; done; } > $@
+endef
+
+$(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
+	$(assemble)
+
+$(EXT)--0.1.0--0.2.0.sql: $(patsubst %,extension/sql/%.sql,$(STEP_0.1.0--0.2.0)) $(wildcard extension/upgrades/0.1.0--0.2.0.sql)
+	$(assemble)
 
 $(OBJS): $(wildcard extension/*.h)
 

@@ -1,0 +1,136 @@
+# Upgrades: install every released version, put rows in its state tables,
+# walk ALTER EXTENSION pg_idem UPDATE to the current version, and check that
+# the rows survive and keep working, and that the upgraded catalog is the
+# one a fresh install creates.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'pg_idem'");
+$node->start;
+
+my $current = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem'");
+my @versions = split /\n/, $node->safe_psql('postgres',
+	"SELECT version FROM pg_available_extension_versions WHERE name = 'pg_idem' ORDER BY version");
+my @old = grep { $_ ne $current } @versions;
+ok(scalar(@old) >= 1, "there are released versions before $current: @old");
+
+# Everything a fresh install and an upgrade must agree on, one line per object.
+my $catalog_query = q{
+WITH ext AS (SELECT oid, extnamespace FROM pg_extension WHERE extname = 'pg_idem'),
+members AS (SELECT classid, objid FROM pg_depend, ext
+             WHERE refclassid = 'pg_extension'::regclass AND refobjid = ext.oid AND deptype = 'e')
+SELECT line FROM (
+  SELECT 'function ' || p.oid::regprocedure || ' returns ' || pg_get_function_result(p.oid)
+         || ' volatile=' || p.provolatile::text || ' strict=' || p.proisstrict
+         || ' secdef=' || p.prosecdef || ' config=' || coalesce(p.proconfig::text, '')
+         || ' acl=' || coalesce(p.proacl::text, '') || ' src=' || p.prosrc AS line
+    FROM pg_proc p JOIN members m ON m.classid = 'pg_proc'::regclass AND m.objid = p.oid
+  UNION ALL
+  SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text
+         || ' options=' || coalesce(c.reloptions::text, '') || ' acl=' || coalesce(c.relacl::text, '')
+    FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
+  UNION ALL
+  SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+         || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+    FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+  UNION ALL
+  SELECT 'constraint ' || conrelid::regclass || '.' || conname || ' ' || pg_get_constraintdef(co.oid)
+    FROM pg_constraint co JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = co.conrelid
+  UNION ALL
+  SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+    FROM pg_index i JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = i.indrelid
+  UNION ALL
+  SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+    FROM pg_trigger t JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = t.tgrelid
+   WHERE NOT t.tgisinternal
+  UNION ALL
+  SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid)
+    FROM pg_class c JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = c.oid
+   WHERE c.relkind = 'v'
+  UNION ALL
+  SELECT 'type ' || t.typname
+    FROM pg_type t JOIN members m ON m.classid = 'pg_type'::regclass AND m.objid = t.oid
+) lines ORDER BY line};
+
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION pg_idem');
+my $fresh_catalog = $node->safe_psql('fresh', $catalog_query);
+cmp_ok(length($fresh_catalog), '>', 1000, 'the fresh install has a catalog to compare');
+
+foreach my $version (@old)
+{
+	my $db = "from_$version";
+	$db =~ s/\./_/g;
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, "CREATE EXTENSION pg_idem VERSION '$version'");
+
+	# State in every shape: completed, pending, failed, and a pending claim
+	# whose lease already ran out.
+	$node->safe_psql(
+		$db, q{
+SELECT idem_finalize(idem_key('u', 'POST', '/up', 'done'), claim_id, 201,
+                     '{"content-type": "text/plain"}', 'kept across the upgrade')
+  FROM idem_claim(idem_key('u', 'POST', '/up', 'done'), sha256('body'));
+SELECT idem_claim(idem_key('u', 'POST', '/up', 'live'), sha256('body'), '1 hour');
+SELECT idem_fail(idem_key('u', 'POST', '/up', 'failed'), claim_id, '1 hour')
+  FROM idem_claim(idem_key('u', 'POST', '/up', 'failed'), sha256('body'));
+SELECT idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'), '1 millisecond');
+});
+	my $generations_before = $node->safe_psql($db,
+		'SELECT max(generation) FROM idem_keys');
+
+	$node->safe_psql($db, 'ALTER EXTENSION pg_idem UPDATE');
+	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'"),
+		$current, "$version: updated to $current");
+
+	# The rows survived and the protocol still works on them.
+	is( $node->safe_psql(
+			$db,
+			"SELECT outcome || ' ' || response_status || ' ' || convert_from(response_body, 'UTF8')
+			   FROM idem_claim(idem_key('u', 'POST', '/up', 'done'), sha256('body'))"),
+		'replay 201 kept across the upgrade',
+		"$version: a completed key replays after the upgrade");
+	is( $node->safe_psql(
+			$db,
+			"SELECT outcome FROM idem_claim(idem_key('u', 'POST', '/up', 'live'), sha256('body'))"),
+		'in_progress', "$version: a live claim is still in progress");
+	is( $node->safe_psql(
+			$db,
+			"SELECT outcome FROM idem_claim(idem_key('u', 'POST', '/up', 'failed'), sha256('body'))"),
+		'cooldown', "$version: a failed key is still cooling down");
+	is( $node->safe_psql(
+			$db,
+			"SELECT outcome || ' ' || (generation > $generations_before)
+			   FROM idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'))"),
+		'recovered_abandoned true',
+		"$version: an abandoned claim is recovered with a higher generation");
+
+	# What the new version added works on the upgraded database.
+	is( $node->safe_psql(
+			$db, q{
+BEGIN;
+SELECT idem_outbox_stage('upgrade.checked', '{"ok": true}'::jsonb) > 0;
+COMMIT;
+SELECT count(*) FROM idem_outbox_claim(10, '1 minute');
+}),
+		"t\n1", "$version: the outbox works after the upgrade");
+	cmp_ok($node->safe_psql($db, "SELECT count(*) FROM idem_stats"),
+		'>', 0, "$version: statistics work after the upgrade");
+
+	# And the catalog is the one a fresh install creates.
+	my $upgraded_catalog = $node->safe_psql($db, $catalog_query);
+	is($upgraded_catalog, $fresh_catalog,
+		"$version: the upgraded catalog equals a fresh install of $current");
+}
+
+$node->stop;
+done_testing();
