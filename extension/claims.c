@@ -23,12 +23,14 @@
 #include "pg_idem.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -288,6 +290,39 @@ won(ClaimAnswer *answer, const char *outcome, pg_uuid_t *claim_id)
 }
 
 /*
+ * Try to take a key over with a steal or ttl-recovery UPDATE; true when it
+ * did, with the RETURNING row in SPI_tuptable.
+ *
+ * An UPDATE that waited on a concurrent writer locks the newest row version
+ * before re-checking its WHERE clause, and keeps that lock when the check
+ * fails.  A claimant that lost the race inside a longer transaction would
+ * then hold the winner's row until it ends, stalling the winner's renew and
+ * finalize.  So the attempt runs in a subtransaction that is rolled back
+ * when it changed nothing.  Only this rare path pays for it: new keys and
+ * followers never get here.
+ */
+static bool
+take_over(IdemStatement *stmt, Oid namespace, Datum *values, const char *nulls)
+{
+	MemoryContext context = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	bool		taken;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(context);
+
+	taken = idem_execute(stmt, namespace, values, nulls, false, 1) == 1;
+	if (taken)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+
+	MemoryContextSwitchTo(context);
+	CurrentResourceOwner = owner;
+	return taken;
+}
+
+/*
  * The claim loop shared by idem_claim and idem_begin: read the key, decide,
  * write with a predicate that re-checks the decision, and read again if a
  * concurrent session changed the key first.
@@ -335,17 +370,10 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 			return;
 		}
 
-		if (ttl_passed)
+		if (take_over(ttl_passed ? &recover_ttl_claim : &steal_claim, namespace,
+					  values, nulls))
 		{
-			if (idem_execute(&recover_ttl_claim, namespace, values, nulls, false, 1) == 1)
-			{
-				won(answer, "recovered_ttl", claim_id);
-				return;
-			}
-		}
-		else if (idem_execute(&steal_claim, namespace, values, nulls, false, 1) == 1)
-		{
-			won(answer, "recovered_abandoned", claim_id);
+			won(answer, ttl_passed ? "recovered_ttl" : "recovered_abandoned", claim_id);
 			return;
 		}
 		/* The key changed between our read and our write: read it again. */
