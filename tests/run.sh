@@ -73,15 +73,23 @@ run_client_suite() {
         return
     fi
     as_run_user env PG_IDEM_TEST_DSN="host=$WORK port=$PGPORT user=$PGUSER dbname=postgres" \
-        ctest --test-dir "$WORK/client-build" --output-on-failure >>"$log" 2>&1
+        ctest --test-dir "$WORK/client-build" --output-on-failure -V >>"$log" 2>&1
     local rc=$?
-    grep -E 'Test +#|tests passed|\*\*\*|Failed|FAILED' "$log" | tail -n 80
-    total=$(grep -oE 'out of [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+')
-    bad=$(grep -oE '[0-9]+ tests failed' "$log" | tail -1 | grep -oE '[0-9]+')
-    total=${total:-0}
-    bad=${bad:-0}
+    grep -E 'Test +#|tests passed|\[  (PASSED|FAILED) +\]|\*\*\*' "$log" | tail -n 80
+    # GoogleTest binaries count their test cases; other ctest tests count once.
+    local gtest_ok gtest_bad ctest_total ctest_bad gtest_binaries
+    gtest_ok=$(grep -oE '\[  PASSED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc)
+    gtest_bad=$(grep -oE '\[  FAILED  \] [0-9]+ test' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc)
+    gtest_binaries=$(grep -cE '^\S*[0-9]+: \[==========\] [0-9]+ tests? from .* ran' "$log")
+    ctest_total=$(grep -oE 'out of [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+')
+    ctest_bad=$(grep -oE '[0-9]+ tests failed' "$log" | tail -1 | grep -oE '[0-9]+')
+    gtest_ok=${gtest_ok:-0} gtest_bad=${gtest_bad:-0}
+    ctest_total=${ctest_total:-0} ctest_bad=${ctest_bad:-0}
+    local other_ok=$((ctest_total - gtest_binaries - ctest_bad))
+    [ "$other_ok" -lt 0 ] && other_ok=0
+    bad=$((gtest_bad > ctest_bad ? gtest_bad : ctest_bad))
     [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
-    count "C++ client" $((total - bad)) "$bad"
+    count "C++ client" $((gtest_ok + other_ok)) "$bad"
 }
 
 # Examples in other languages: each script exits non-zero on failure.

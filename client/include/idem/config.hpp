@@ -1,0 +1,134 @@
+// pg_idem C++ client: runner configuration, validated when built.
+//
+//   auto cfg = idem::config::builder()
+//                  .lease(std::chrono::seconds(10))
+//                  .follower_wait_budget(std::chrono::seconds(2))
+//                  .build();   // idem::config_error if anything is off
+#pragma once
+
+#include <idem/error.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace idem {
+
+using std::chrono::milliseconds;
+
+// Which status codes a follower and a refused request get.
+enum class status_profile
+{
+    // IETF Idempotency-Key draft: 400 missing/invalid key, 422 key reused
+    // with another request, 409 + Retry-After while the first is in progress.
+    ietf,
+    // The single-flight plan: 409 key reused with another request, 503 +
+    // Retry-After while pending.
+    seed
+};
+
+// How a waiting follower learns that the winner has finished.
+enum class follower_wakeup
+{
+    // Block on the winner's advisory lock, polling as a fallback (default).
+    advisory_lock,
+    // Poll with backoff only: for transaction-mode poolers (PgBouncer) that
+    // do not keep a server session per client session.
+    polling
+};
+
+class config
+{
+public:
+    class builder;
+
+    // The defaults (lease 30 s, renew every 10 s, ...), already valid.
+    config();
+
+    milliseconds lease() const noexcept { return lease_; }
+    milliseconds renew_interval() const noexcept { return renew_interval_; }
+    milliseconds follower_wait_budget() const noexcept { return wait_budget_; }
+    milliseconds poll_min() const noexcept { return poll_min_; }
+    milliseconds poll_max() const noexcept { return poll_max_; }
+    double poll_jitter() const noexcept { return poll_jitter_; }
+    milliseconds retry_after() const noexcept { return retry_after_; }
+    milliseconds failure_cooldown() const noexcept { return failure_cooldown_; }
+    std::size_t max_request_body_bytes() const noexcept { return max_request_; }
+    std::size_t max_cacheable_response_bytes() const noexcept { return max_response_; }
+    unsigned max_iterations() const noexcept { return max_iterations_; }
+    unsigned transaction_attempts() const noexcept { return tx_attempts_; }
+    status_profile profile() const noexcept { return profile_; }
+    follower_wakeup wakeup() const noexcept { return wakeup_; }
+    // Lower-case names added to the replay allowlist.
+    const std::vector<std::string> &replay_headers() const noexcept { return replay_headers_; }
+    // Schema of the pg_idem functions; empty = found through search_path.
+    const std::string &schema() const noexcept { return schema_; }
+
+private:
+    milliseconds lease_{30000};
+    milliseconds renew_interval_{10000};
+    milliseconds wait_budget_{5000};
+    milliseconds poll_min_{50};
+    milliseconds poll_max_{1000};
+    double poll_jitter_ = 0.25;
+    milliseconds retry_after_{1000};
+    milliseconds failure_cooldown_{2000};
+    std::size_t max_request_ = 1024 * 1024;
+    std::size_t max_response_ = 2 * 1024 * 1024;
+    unsigned max_iterations_ = 100;
+    unsigned tx_attempts_ = 3;
+    status_profile profile_ = status_profile::ietf;
+    follower_wakeup wakeup_ = follower_wakeup::advisory_lock;
+    std::vector<std::string> replay_headers_;
+    std::string schema_;
+};
+
+// Collects settings; build() checks them together and throws config_error
+// with a message naming the setting: zero, negative or inverted values,
+// renew_interval >= lease, a lease under 10 ms or over 24 hours.
+class config::builder
+{
+public:
+    builder();
+    // How long a claim lasts without renewal (30 s). Also the time a
+    // crashed winner's key stays blocked.
+    builder &lease(milliseconds v);
+    // How often the winner renews (default lease / 3); must be < lease.
+    builder &renew_interval(milliseconds v);
+    // How long a follower waits for the winner before answering retryable (5 s).
+    builder &follower_wait_budget(milliseconds v);
+    // Fallback polling backoff bounds (50 ms to 1 s) and jitter (0.25 = ±25%).
+    builder &poll(milliseconds min, milliseconds max);
+    builder &poll_jitter(double fraction);
+    // Retry-After sent with a pending answer (1 s).
+    builder &retry_after(milliseconds v);
+    // How long a key stays in cooldown after a 5xx/408/429 (2 s).
+    builder &failure_cooldown(milliseconds v);
+    // Request bodies above this get 413 (1 MiB).
+    builder &max_request_body_bytes(std::size_t v);
+    // Responses above this are stored not replayable (2 MiB); the caller
+    // still gets the full response.
+    builder &max_cacheable_response_bytes(std::size_t v);
+    // Hard cap on claim/wait iterations of one request (100).
+    builder &max_iterations(unsigned v);
+    // Attempts of a fenced or in-transaction handler transaction that hit a
+    // serialization failure or deadlock (3; 1 = no retry).
+    builder &transaction_attempts(unsigned v);
+    builder &profile(status_profile p);
+    builder &wakeup(follower_wakeup w);
+    // Adds a header to the replay allowlist (content-type,
+    // content-disposition, content-language, cache-control, etag, location).
+    // set-cookie, authorization and other session headers are refused.
+    builder &replay_header(std::string name);
+    // Schema the extension was created in, when it is not on search_path.
+    builder &schema(std::string name);
+
+    config build() const;
+
+private:
+    config c_;
+    bool renew_set_ = false;
+};
+
+} // namespace idem

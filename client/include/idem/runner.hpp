@@ -1,0 +1,142 @@
+// pg_idem C++ client: the single-flight runner. This is the header to read.
+//
+//   idem::simple_pool pool("host=/tmp dbname=app");            // or your own provider
+//   idem::runner run(pool, idem::config::builder().lease(std::chrono::seconds(10)).build());
+//
+//   idem::request_view req;
+//   req.principal = user_id;  req.method = "POST";  req.target = "/orders?x=1";
+//   req.idempotency_keys = header_values("Idempotency-Key");
+//   req.body = body;
+//   idem::run_result r = run.run(req, [&](const idem::claim_context &claim) {
+//       return idem::response{201, {{"Content-Type", "application/json"}}, create_order()};
+//   });
+//   send(r.response);   // the handler's response, a replay, or a problem+json answer
+//
+// What run() does with a key (see README for the full matrix):
+//   * no key: runs the handler unguarded (or 400 if request_view::key_required);
+//     an empty, repeated, over-255-byte, NUL or non-UTF-8 key: 400;
+//   * the first request claims the key and runs the handler while a thread
+//     renews the lease; no transaction is open while the handler runs.
+//     2xx/400/404/409/422 are stored and replayed to later requests, 401/403
+//     and 3xx are not stored, 5xx/408/429 put the key in a short cooldown;
+//   * concurrent requests with the same key wait (up to the wait budget) and
+//     get the stored response with `Idempotent-Replayed: true`, or a
+//     retryable answer with Retry-After;
+//   * the same key with another body: 422 (IETF profile) / 409 (seed profile).
+//
+// Exactly-once modes, where the handler's own writes and the stored
+// response commit together:
+//   * run_fenced: the claim commits first; the handler gets a transaction,
+//     in which the runner stores the response with a fenced
+//     idem_finalize(strict => true) and commits. If the claim was lost the
+//     whole transaction rolls back and the request is answered from the key;
+//   * run_in_transaction: claim, handler and finalize in one transaction
+//     (idem_begin); duplicates wait inside idem_begin until it commits.
+#pragma once
+
+#include <idem/config.hpp>
+#include <idem/error.hpp>
+#include <idem/http.hpp>
+#include <idem/key.hpp>
+#include <idem/metrics.hpp>
+#include <idem/pg.hpp>
+#include <idem/provider.hpp>
+#include <idem/retry.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace idem {
+
+// What a handler knows about the claim it runs under.
+class claim_context
+{
+public:
+    claim_context() = default;
+    claim_context(std::int64_t generation, std::string claim_id, digest cache_key,
+                  std::shared_ptr<const std::atomic<bool>> lost = nullptr)
+        : generation_(generation), claim_id_(std::move(claim_id)), cache_key_(cache_key),
+          lost_(std::move(lost))
+    {
+    }
+    // Fencing number: strictly increases with every claim of the key. Tag
+    // effects outside PostgreSQL with it and refuse older generations there.
+    std::int64_t generation() const noexcept { return generation_; }
+    // Empty when the request runs unguarded (no key).
+    const std::string &claim_id() const noexcept { return claim_id_; }
+    const digest &cache_key() const noexcept { return cache_key_; }
+    bool guarded() const noexcept { return !claim_id_.empty(); }
+    // True once lease renewal found the claim taken over; a long handler
+    // may stop early (its result will not be stored).
+    bool lost() const noexcept { return lost_ && lost_->load(); }
+
+private:
+    std::int64_t generation_ = 0;
+    std::string claim_id_;
+    digest cache_key_{};
+    std::shared_ptr<const std::atomic<bool>> lost_;
+};
+
+struct run_result
+{
+    // Send this to the client.
+    idem::response response;
+    idem::outcome outcome = idem::outcome::failed;
+    bool handler_ran = false;   // this call ran the handler
+    bool replayed = false;      // response is a stored one
+    bool lease_stolen = false;  // the claim was lost before the result was stored
+    // The commit of the result was in flight when the connection was lost
+    // and reading the key back did not settle it: the caller gets 503.
+    bool outcome_unknown = false;
+    std::int64_t generation = 0;  // of the claim this call won; 0 otherwise
+    // The database error behind a 503 answer, for logging.
+    std::exception_ptr error;
+};
+
+using handler = std::function<response(const claim_context &)>;
+using transaction_handler = std::function<response(pg::transaction &, const claim_context &)>;
+
+namespace detail {
+class engine;
+}
+
+// Thread safe: share one runner between request threads (copies share
+// state). Connections come from provider, which must outlive the runner:
+// one at a time per request in run() and run_in_transaction(), two in
+// run_fenced().
+class runner
+{
+public:
+    explicit runner(connection_provider &provider, config cfg = config(),
+                    metrics *observer = nullptr);
+
+    // The handler runs with no transaction open. If it throws, the key goes
+    // into cooldown and the exception propagates.
+    run_result run(const request_view &req, const handler &h) const;
+
+    // Exactly-once, claim first: h's writes and the stored response commit
+    // in one transaction on a second connection, fenced by the claim. A
+    // serialization failure or deadlock re-runs h in a new transaction (up to
+    // config::transaction_attempts); a 5xx/408/429 response rolls h's writes
+    // back. Errors of h's transaction propagate after the key is put in
+    // cooldown.
+    run_result run_fenced(const request_view &req, const transaction_handler &h,
+                          pg::isolation level = pg::isolation::read_committed) const;
+
+    // Exactly-once, one transaction: BEGIN; idem_begin; h; idem_finalize;
+    // COMMIT. Duplicates block in idem_begin (at most the wait budget, as
+    // lock_timeout) and then replay.
+    run_result run_in_transaction(const request_view &req, const transaction_handler &h,
+                                  pg::isolation level = pg::isolation::read_committed) const;
+
+    const config &settings() const noexcept;
+
+private:
+    std::shared_ptr<const detail::engine> engine_;
+};
+
+}  // namespace idem

@@ -1,0 +1,410 @@
+// RAII wrappers over libpq: connection, result, transaction.
+#include <idem/pg.hpp>
+
+#include <libpq-fe.h>
+
+#include <charconv>
+#include <cstring>
+#include <stdexcept>
+
+namespace idem::pg {
+
+namespace {
+
+// libpq's default notice processor prints to stderr; a library stays quiet
+// (pg_advisory_unlock's "you don't own a lock" warning, for one).
+void ignore_notice(void *, const char *) {}
+
+std::string field(const PGresult *r, int code)
+{
+    const char *v = PQresultErrorField(r, code);
+    return v ? std::string(v) : std::string();
+}
+
+error_fields fields_of(const PGresult *r, std::string_view sql)
+{
+    error_fields f;
+    f.sqlstate = field(r, PG_DIAG_SQLSTATE);
+    f.severity = field(r, PG_DIAG_SEVERITY);
+    f.message = field(r, PG_DIAG_MESSAGE_PRIMARY);
+    f.detail = field(r, PG_DIAG_MESSAGE_DETAIL);
+    f.hint = field(r, PG_DIAG_MESSAGE_HINT);
+    f.constraint = field(r, PG_DIAG_CONSTRAINT_NAME);
+    f.schema = field(r, PG_DIAG_SCHEMA_NAME);
+    f.table = field(r, PG_DIAG_TABLE_NAME);
+    f.column = field(r, PG_DIAG_COLUMN_NAME);
+    f.statement = std::string(sql);
+    if (f.message.empty())
+    {
+        const char *m = PQresultErrorMessage(r);
+        f.message = m ? m : "";
+        while (!f.message.empty() && (f.message.back() == '\n' || f.message.back() == ' '))
+            f.message.pop_back();
+    }
+    return f;
+}
+
+// SQLSTATEs after which the server closes the session (class 08 and the
+// admin shutdown / crash codes): the connection is gone, not just the
+// statement.
+bool connection_ending(const std::string &sqlstate)
+{
+    return sqlstate.empty() || sqlstate.compare(0, 2, "08") == 0 ||
+           sqlstate.compare(0, 3, "57P") == 0;
+}
+
+std::string trimmed(const char *msg)
+{
+    std::string s = msg ? msg : "";
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+        s.pop_back();
+    return s.empty() ? std::string("connection to the server lost") : s;
+}
+
+int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+}  // namespace
+
+// ---- result -------------------------------------------------------------
+
+void result::deleter::operator()(pg_result *r) const noexcept { PQclear(r); }
+
+result::result(pg_result *res) noexcept : res_(res) {}
+
+std::size_t result::size() const noexcept
+{
+    return res_ ? static_cast<std::size_t>(PQntuples(res_.get())) : 0;
+}
+
+int result::columns() const noexcept { return res_ ? PQnfields(res_.get()) : 0; }
+
+int result::column(const char *name) const
+{
+    int c = res_ ? PQfnumber(res_.get(), name) : -1;
+    if (c < 0)
+        throw std::out_of_range(std::string("no column named ") + name);
+    return c;
+}
+
+void result::check(std::size_t row, int col) const
+{
+    if (row >= size() || col < 0 || col >= columns())
+        throw std::out_of_range("result: row or column out of range");
+}
+
+bool result::is_null(std::size_t row, int col) const
+{
+    check(row, col);
+    return PQgetisnull(res_.get(), static_cast<int>(row), col) != 0;
+}
+
+std::string_view result::raw(std::size_t row, int col) const
+{
+    check(row, col);
+    return std::string_view(PQgetvalue(res_.get(), static_cast<int>(row), col),
+                            static_cast<std::size_t>(PQgetlength(res_.get(), static_cast<int>(row), col)));
+}
+
+std::optional<std::string> result::get_optional_text(std::size_t row, int col) const
+{
+    if (is_null(row, col))
+        return std::nullopt;
+    return get_text(row, col);
+}
+
+std::int64_t result::get_int(std::size_t row, int col) const
+{
+    if (is_null(row, col))
+        throw std::domain_error("result: NULL where an integer was expected");
+    std::string_view v = raw(row, col);
+    if (PQfformat(res_.get(), col) == 1)
+    {
+        std::uint64_t u = 0;
+        for (unsigned char ch : v)
+            u = (u << 8) | ch;
+        switch (v.size())
+        {
+        case 2:
+            return static_cast<std::int16_t>(static_cast<std::uint16_t>(u));
+        case 4:
+            return static_cast<std::int32_t>(static_cast<std::uint32_t>(u));
+        case 8:
+            return static_cast<std::int64_t>(u);
+        default:
+            throw std::domain_error("result: binary value is not an integer");
+        }
+    }
+    std::int64_t out = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec != std::errc() || p != v.data() + v.size())
+        throw std::domain_error("result: not an integer: " + std::string(v));
+    return out;
+}
+
+std::optional<std::int64_t> result::get_optional_int(std::size_t row, int col) const
+{
+    if (is_null(row, col))
+        return std::nullopt;
+    return get_int(row, col);
+}
+
+bool result::get_bool(std::size_t row, int col) const
+{
+    if (is_null(row, col))
+        throw std::domain_error("result: NULL where a boolean was expected");
+    std::string_view v = raw(row, col);
+    if (PQfformat(res_.get(), col) == 1)
+        return v.size() == 1 && v[0] != 0;
+    return v == "t" || v == "true";
+}
+
+std::string result::get_bytea(std::size_t row, int col) const
+{
+    if (is_null(row, col))
+        throw std::domain_error("result: NULL where bytea was expected");
+    std::string_view v = raw(row, col);
+    if (PQfformat(res_.get(), col) == 1)
+        return std::string(v);
+    if (v.size() >= 2 && v[0] == '\\' && v[1] == 'x')
+    {
+        std::string out;
+        out.reserve((v.size() - 2) / 2);
+        for (std::size_t i = 2; i + 1 < v.size(); i += 2)
+        {
+            int hi = hexval(v[i]), lo = hexval(v[i + 1]);
+            if (hi < 0 || lo < 0)
+                throw std::domain_error("result: malformed hex bytea");
+            out.push_back(static_cast<char>(hi * 16 + lo));
+        }
+        return out;
+    }
+    std::size_t len = 0;
+    std::string text(v);
+    unsigned char *buf =
+        PQunescapeBytea(reinterpret_cast<const unsigned char *>(text.c_str()), &len);
+    if (!buf)
+        throw std::bad_alloc();
+    std::string out(reinterpret_cast<char *>(buf), len);
+    PQfreemem(buf);
+    return out;
+}
+
+std::string result::command_status() const
+{
+    return res_ ? std::string(PQcmdStatus(res_.get())) : std::string();
+}
+
+std::uint64_t result::affected_rows() const
+{
+    const char *t = res_ ? PQcmdTuples(res_.get()) : "";
+    std::uint64_t n = 0;
+    std::from_chars(t, t + std::strlen(t), n);
+    return n;
+}
+
+// ---- connection ---------------------------------------------------------
+
+void connection::deleter::operator()(pg_conn *c) const noexcept { PQfinish(c); }
+
+connection::connection(const std::string &conninfo) : conn_(PQconnectdb(conninfo.c_str()))
+{
+    if (!conn_)
+        throw broken_connection("out of memory allocating a connection");
+    if (PQstatus(conn_.get()) != CONNECTION_OK)
+        throw broken_connection(trimmed(PQerrorMessage(conn_.get())));
+    PQsetNoticeProcessor(conn_.get(), ignore_notice, nullptr);
+}
+
+connection::connection(adopt_tag, pg_conn *conn) : conn_(conn) {}
+
+connection connection::adopt(pg_conn *conn)
+{
+    if (!conn || PQstatus(conn) != CONNECTION_OK)
+        throw broken_connection("adopt: the connection is not open");
+    PQsetNoticeProcessor(conn, ignore_notice, nullptr);
+    return connection(adopt_tag{}, conn);
+}
+
+connection::connection(connection &&) noexcept = default;
+connection &connection::operator=(connection &&) noexcept = default;
+connection::~connection() = default;
+
+bool connection::is_open() const noexcept
+{
+    return conn_ && PQstatus(conn_.get()) == CONNECTION_OK;
+}
+
+transaction_status connection::status() const noexcept
+{
+    if (!conn_)
+        return transaction_status::unknown;
+    switch (PQtransactionStatus(conn_.get()))
+    {
+    case PQTRANS_IDLE:
+        return transaction_status::idle;
+    case PQTRANS_ACTIVE:
+        return transaction_status::active;
+    case PQTRANS_INTRANS:
+        return transaction_status::in_transaction;
+    case PQTRANS_INERROR:
+        return transaction_status::in_error;
+    default:
+        return transaction_status::unknown;
+    }
+}
+
+int connection::backend_pid() const noexcept { return conn_ ? PQbackendPID(conn_.get()) : 0; }
+
+std::string connection::error_message() const
+{
+    return conn_ ? trimmed(PQerrorMessage(conn_.get())) : std::string("no connection");
+}
+
+result connection::exec_params(std::string_view sql, const std::vector<param> &params,
+                               format result_format)
+{
+    if (!is_open())
+        throw broken_connection("connection is not open: " + error_message());
+    const std::string text(sql);
+    std::vector<Oid> types;
+    std::vector<const char *> values;
+    std::vector<int> lengths, formats;
+    types.reserve(params.size());
+    values.reserve(params.size());
+    lengths.reserve(params.size());
+    formats.reserve(params.size());
+    for (const param &p : params)
+    {
+        types.push_back(p.type());
+        values.push_back(p.is_null() ? nullptr : p.value().data());
+        lengths.push_back(p.is_null() ? 0 : static_cast<int>(p.value().size()));
+        formats.push_back(static_cast<int>(p.wire_format()));
+    }
+    result res(PQexecParams(conn_.get(), text.c_str(), static_cast<int>(params.size()),
+                            types.data(), values.data(), lengths.data(), formats.data(),
+                            static_cast<int>(result_format)));
+    PGresult *r = res.native_handle();
+    if (!r)
+        throw broken_connection(error_message());
+    switch (PQresultStatus(r))
+    {
+    case PGRES_COMMAND_OK:
+    case PGRES_TUPLES_OK:
+    case PGRES_EMPTY_QUERY:
+        return res;
+    case PGRES_FATAL_ERROR:
+    case PGRES_NONFATAL_ERROR:
+    {
+        error_fields f = fields_of(r, sql);
+        if (!is_open() || connection_ending(f.sqlstate))
+            throw broken_connection(f.message.empty() ? error_message() : f.message, f.sqlstate);
+        throw_sql_error(std::move(f));
+    }
+    default:
+        throw failure("unsupported result status " + std::string(PQresStatus(PQresultStatus(r))) +
+                      " (COPY is not supported)");
+    }
+}
+
+void connection::commit_statement()
+{
+    if (!is_open())
+        throw broken_connection("connection lost before COMMIT: " + error_message());
+    result res(PQexec(conn_.get(), "COMMIT"));
+    PGresult *r = res.native_handle();
+    if (!r)
+        throw unknown_outcome("connection lost while COMMIT was in flight: " + error_message());
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR)
+    {
+        error_fields f = fields_of(r, "COMMIT");
+        if (!is_open() || connection_ending(f.sqlstate))
+            throw unknown_outcome("connection lost while COMMIT was in flight: " +
+                                      (f.message.empty() ? error_message() : f.message),
+                                  f.sqlstate);
+        throw_sql_error(std::move(f));
+    }
+    if (!is_open())
+        throw unknown_outcome("connection lost while COMMIT was in flight: " + error_message());
+    if (std::strcmp(PQcmdStatus(r), "ROLLBACK") == 0)
+    {
+        error_fields f;
+        f.sqlstate = "25P02";
+        f.message = "COMMIT rolled back: a statement of the transaction had failed";
+        f.statement = "COMMIT";
+        throw sql_error(std::move(f));
+    }
+}
+
+// ---- transaction --------------------------------------------------------
+
+transaction::transaction(connection &c, isolation level) : conn_(c)
+{
+    if (c.status() != transaction_status::idle)
+        throw std::logic_error("transaction: the connection is not idle");
+    const char *begin = "BEGIN";
+    if (level == isolation::repeatable_read)
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    else if (level == isolation::serializable)
+        begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
+    conn_.exec(begin);
+    active_ = true;
+}
+
+transaction::~transaction()
+{
+    if (!active_)
+        return;
+    try
+    {
+        rollback();
+    }
+    catch (...)
+    {
+    }
+}
+
+result transaction::exec_params(std::string_view sql, const std::vector<param> &params,
+                                format result_format)
+{
+    if (!active_)
+        throw std::logic_error("transaction: already committed or rolled back");
+    try
+    {
+        return conn_.exec_params(sql, params, result_format);
+    }
+    catch (const broken_connection &)
+    {
+        active_ = false;  // the server rolled it back with the session
+        throw;
+    }
+}
+
+void transaction::commit()
+{
+    if (!active_)
+        throw std::logic_error("transaction: already committed or rolled back");
+    active_ = false;
+    conn_.commit_statement();
+}
+
+void transaction::rollback()
+{
+    if (!active_)
+        return;
+    active_ = false;
+    if (!conn_.is_open())
+        return;
+    conn_.exec("ROLLBACK");
+}
+
+}  // namespace idem::pg
