@@ -67,7 +67,6 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "common/cryptohash.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
@@ -231,23 +230,6 @@ static IdemStatement prune_messages = {
 	2, {INT4OID, INTERVALOID}
 };
 
-/* Append one length-prefixed field (4-byte big-endian length, then bytes). */
-static void
-hash_field(pg_cryptohash_ctx *ctx, const text *field)
-{
-	uint32		len = VARSIZE_ANY_EXHDR(field);
-	uint8		prefix[4];
-
-	prefix[0] = (len >> 24) & 0xFF;
-	prefix[1] = (len >> 16) & 0xFF;
-	prefix[2] = (len >> 8) & 0xFF;
-	prefix[3] = len & 0xFF;
-	if (pg_cryptohash_update(ctx, prefix, sizeof(prefix)) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) VARDATA_ANY(field), len) < 0)
-		elog(ERROR, "could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-}
-
 /*
  * The (consumer, message_id) arguments, checked, and the row key they
  * make: SHA-256 of the domain tag and the two length-prefixed strings.
@@ -255,8 +237,7 @@ hash_field(pg_cryptohash_ctx *ctx, const text *field)
 static bytea *
 message_key(FunctionCallInfo fcinfo, text **consumer, text **message_id)
 {
-	pg_cryptohash_ctx *ctx;
-	bytea	   *key;
+	text	   *fields[2];
 
 	idem_require_arg(fcinfo, 0, "consumer");
 	idem_require_arg(fcinfo, 1, "message_id");
@@ -271,21 +252,9 @@ message_key(FunctionCallInfo fcinfo, text **consumer, text **message_id)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("message_id must not be empty")));
 
-	key = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
-	SET_VARSIZE(key, VARHDRSZ + IDEM_DIGEST_LEN);
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) inbox_domain,
-							 strlen(inbox_domain)) < 0)
-		elog(ERROR, "could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	hash_field(ctx, *consumer);
-	hash_field(ctx, *message_id);
-	if (pg_cryptohash_final(ctx, (uint8 *) VARDATA(key), IDEM_DIGEST_LEN) < 0)
-		elog(ERROR, "could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
-	return key;
+	fields[0] = *consumer;
+	fields[1] = *message_id;
+	return idem_tuple_digest(inbox_domain, fields, 2);
 }
 
 /* A 32-byte bytea built from a remembered digest. */

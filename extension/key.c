@@ -55,6 +55,32 @@ update_field(pg_cryptohash_ctx *ctx, const text *field)
 }
 
 /*
+ * SHA-256 of a domain tag followed by length-prefixed fields, as a bytea:
+ * the canonical form of every key pg_idem derives from caller strings.
+ */
+bytea *
+idem_tuple_digest(const char *domain, text *const *fields, int nfields)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	bytea	   *result = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+	int			i;
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) domain, strlen(domain)) < 0)
+		elog(ERROR, "could not compute SHA-256 digest: %s",
+			 pg_cryptohash_error(ctx));
+	for (i = 0; i < nfields; i++)
+		update_field(ctx, fields[i]);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_DIGEST_LEN);
+	if (pg_cryptohash_final(ctx, (uint8 *) VARDATA(result), IDEM_DIGEST_LEN) < 0)
+		elog(ERROR, "could not compute SHA-256 digest: %s",
+			 pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+	return result;
+}
+
+/*
  * The Idempotency-Key value must be usable as an identifier: not empty,
  * at most 255 bytes, valid UTF-8 whatever the database encoding.  (A NUL
  * cannot reach a text value: PostgreSQL refuses it on input.)
@@ -94,30 +120,16 @@ Datum
 idem_key(PG_FUNCTION_ARGS)
 {
 	static const char *const names[] = {"principal", "method", "target", "key"};
-	pg_cryptohash_ctx *ctx;
-	bytea	   *result;
+	text	   *fields[4];
 	int			i;
 
 	for (i = 0; i < 4; i++)
+	{
 		idem_require_arg(fcinfo, i, names[i]);
-	check_key_value(PG_GETARG_TEXT_PP(3));
-
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) key_domain,
-							 strlen(key_domain)) < 0)
-		elog(ERROR, "could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	for (i = 0; i < 4; i++)
-		update_field(ctx, PG_GETARG_TEXT_PP(i));
-
-	result = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
-	SET_VARSIZE(result, VARHDRSZ + IDEM_DIGEST_LEN);
-	if (pg_cryptohash_final(ctx, (uint8 *) VARDATA(result), IDEM_DIGEST_LEN) < 0)
-		elog(ERROR, "could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
-	PG_RETURN_BYTEA_P(result);
+		fields[i] = PG_GETARG_TEXT_PP(i);
+	}
+	check_key_value(fields[3]);
+	PG_RETURN_BYTEA_P(idem_tuple_digest(key_domain, fields, 4));
 }
 
 /* idem_request_hash(body): SHA-256 of the body, what claims compare. */

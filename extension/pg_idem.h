@@ -109,6 +109,7 @@ extern bytea *idem_digest_arg(FunctionCallInfo fcinfo, int argno, const char *na
 
 /* Hashing (key.c). */
 extern void idem_sha256(const uint8 *data, size_t len, uint8 *out);
+extern bytea *idem_tuple_digest(const char *domain, text *const *fields, int nfields);
 
 /*
  * A cached, schema-qualified SPI statement (statements.c).  "@extschema@"
