@@ -97,6 +97,21 @@ static IdemStatement insert_claim = {
 	6, CLAIM_ARGS
 };
 
+/*
+ * INSERT ... ON CONFLICT evaluates nextval() before it checks the key, so
+ * a claimant that stalled in between, or waited there on an idem_begin
+ * that then released the key and committed, would insert a generation
+ * older than one already handed out for the key.  Once the new row holds
+ * the key, its winner draws the generation again, unless no generation
+ * was drawn since its own (then none can be newer).
+ */
+static IdemStatement redraw_generation = {
+	"UPDATE @extschema@.idem_keys SET generation = nextval($6)"
+	" WHERE cache_key = $1 AND claim_id = $3"
+	" RETURNING generation, lease_expires_at",
+	6, CLAIM_ARGS
+};
+
 /* The new owner's row, written by both kinds of recovery. */
 #define RECLAIM_SET \
 	"UPDATE @extschema@.idem_keys SET state = 'pending', request_hash = $2," \
@@ -196,6 +211,21 @@ generation_sequence(Oid namespace)
 	if (!OidIsValid(sequence))
 		elog(ERROR, "pg_idem sequence idem_generation_seq is missing");
 	return sequence;
+}
+
+/*
+ * Is the generation the last claim just inserted still the sequence's last
+ * value, that is, was no generation drawn after it?
+ */
+static bool
+generation_is_latest(Datum sequence)
+{
+	bool		isnull;
+	Datum		inserted = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+										 1, &isnull);
+
+	return DatumGetInt64(DirectFunctionCall1(pg_sequence_last_value, sequence)) ==
+		DatumGetInt64(inserted);
 }
 
 /* Copy of the single row the last SPI statement returned. */
@@ -300,18 +330,40 @@ won(ClaimAnswer *answer, const char *outcome, pg_uuid_t *claim_id)
  * finalize.  So the attempt runs in a subtransaction that is rolled back
  * when it changed nothing.  Only this rare path pays for it: new keys and
  * followers never get here.
+ *
+ * An error in the attempt (lock_timeout, a cancel, a serialization
+ * failure) rolls the subtransaction back here before it propagates, as
+ * the PLs do: a caller's exception handler (PL/pgSQL EXCEPTION) would
+ * otherwise roll back ours instead of its own and leave its own open.
  */
 static bool
 take_over(IdemStatement *stmt, Oid namespace, Datum *values, const char *nulls)
 {
 	MemoryContext context = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	bool		taken;
+	bool		taken = false;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(context);
 
-	taken = idem_execute(stmt, namespace, values, nulls, false, 1) == 1;
+	PG_TRY();
+	{
+		taken = idem_execute(stmt, namespace, values, nulls, false, 1) == 1;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(context);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
 	if (taken)
 		ReleaseCurrentSubTransaction();
 	else
@@ -356,6 +408,9 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 		{
 			if (idem_execute(&insert_claim, namespace, values, nulls, false, 1) == 1)
 			{
+				if (!generation_is_latest(values[5]) &&
+					idem_execute(&redraw_generation, namespace, values, nulls, false, 1) != 1)
+					elog(ERROR, "pg_idem: claimed key vanished before its generation was drawn");
 				won(answer, "claimed", claim_id);
 				return;
 			}
@@ -420,6 +475,7 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 	bool		nulls[RESULT_NATTS];
 	MemoryContext old;
 	HeapTuple	tuple;
+	Datum		result;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -456,11 +512,17 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 			row_value(answer, ROW_RESPONSE_BODY, &nulls[RESULT_RESPONSE_BODY]);
 	}
 
-	/* heap_form_tuple copies every value, so the SPI memory may go. */
+	/*
+	 * heap_form_tuple copies every value, so the SPI memory may go; but a
+	 * response body TOASTed out of line is copied as a TOAST pointer, and
+	 * HeapTupleGetDatum then flattens the row in the current context: both
+	 * must run in the caller's.
+	 */
 	old = MemoryContextSwitchTo(outer);
 	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls);
+	result = HeapTupleGetDatum(tuple);
 	MemoryContextSwitchTo(old);
-	return HeapTupleGetDatum(tuple);
+	return result;
 }
 
 /* Shared body of idem_claim and idem_begin. */

@@ -74,6 +74,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -114,6 +115,7 @@ typedef struct InboxAttempt
 	int32		seen_errors;	/* error_count when the attempt began */
 	TimestampTz started_at;
 	SubTransactionId subid;		/* open attempts: the subtransaction of begin */
+	Oid			owner;			/* the user begin ran as (its definer) */
 	bool		open;
 } InboxAttempt;
 
@@ -401,8 +403,24 @@ inbox_at_exit(int code, Datum arg)
 		InboxAttempt *a = (InboxAttempt *) linitial(attempts);
 		int32		error_count;
 		Datum		retry_after;
+		Oid			save_userid;
+		int			save_sec_context;
+		int			save_nestlevel;
 
 		StartTransactionCommand();
+
+		/*
+		 * Record it as idem_inbox_begin ran: as its owner (SECURITY DEFINER;
+		 * the session's role may not write idem_inbox) and with its pinned
+		 * search_path, as fmgr_security_definer would.
+		 */
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(a->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		save_nestlevel = NewGUCNestLevel();
+		(void) set_config_option("search_path", "pg_catalog, pg_temp",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+
 		PushActiveSnapshot(GetTransactionSnapshot());
 		SPI_connect();
 		record_attempt_failure(a->namespace, digest_datum(a->key),
@@ -412,6 +430,8 @@ inbox_at_exit(int code, Datum arg)
 							   true, &error_count, &retry_after);
 		SPI_finish();
 		PopActiveSnapshot();
+		AtEOXact_GUC(true, save_nestlevel);
+		SetUserIdAndSecContext(save_userid, save_sec_context);
 		CommitTransactionCommand();
 		forget_attempt(a);
 	}
@@ -446,6 +466,7 @@ remember_attempt(Oid namespace, bytea *key, text *consumer, text *message_id,
 	a->seen_errors = seen_errors;
 	a->started_at = GetCurrentTimestamp();
 	a->subid = GetCurrentSubTransactionId();
+	a->owner = GetUserId();
 	a->open = true;
 	attempts = lappend(attempts, a);
 	MemoryContextSwitchTo(old);
@@ -797,8 +818,6 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	 */
 	if (known != NULL)
 		forget_attempt(known);
-	result[0] = CStringGetTextDatum(outcome);
-	result[1] = Int32GetDatum(error_count);
 	if (retry_after != (Datum) 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(outer);
@@ -807,8 +826,12 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 		resnull[2] = false;
 		MemoryContextSwitchTo(old);
 	}
-	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
 	SPI_finish();
+
+	/* Made after SPI_finish, which frees what was allocated inside SPI. */
+	result[0] = CStringGetTextDatum(outcome);
+	result[1] = Int32GetDatum(error_count);
+	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
 }
 

@@ -590,6 +590,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	Datum		result[3];
 	bool		resnull[3] = {false, true, true};
 	HeapTuple	tuple;
+	const char *outcome;
 
 	idem_require_arg(fcinfo, 0, "token");
 	idem_require_arg(fcinfo, 1, "id");
@@ -606,7 +607,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	SPI_connect();
 	if (idem_execute(&nack_event, namespace, values, NULL, false, 1) == 0)
 	{
-		result[0] = CStringGetTextDatum("stale");
+		outcome = "stale";
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);
 	}
 	else
@@ -621,14 +622,14 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		resnull[1] = false;
 		if (is_dead)
 		{
-			result[0] = CStringGetTextDatum("dead");
+			outcome = "dead";
 			idem_count(IDEM_STAT_OUTBOX_DEAD, 1);
 		}
 		else
 		{
 			MemoryContext old = MemoryContextSwitchTo(outer);
 
-			result[0] = CStringGetTextDatum("retry");
+			outcome = "retry";
 			result[2] = datumCopy(SPI_getbinval(row, desc, 3, &isnull), false,
 								  sizeof(Interval));
 			resnull[2] = false;
@@ -638,6 +639,8 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 
+	/* Made after SPI_finish, which frees what was allocated inside SPI. */
+	result[0] = CStringGetTextDatum(outcome);
 	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
 }

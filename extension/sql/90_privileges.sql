@@ -64,8 +64,13 @@ BEGIN
         IF fn.proname = ANY (client_functions) THEN
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_client', fn.signature);
         ELSIF fn.is_trigger THEN
-            -- Needed to create a trigger with it (the version guard).
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_client', fn.signature);
+            -- EXECUTE is what CREATE TRIGGER checks (firing checks nothing),
+            -- so only the version guard, meant for the caller's own tables,
+            -- is granted.  The others assume pg_idem's tables: on a table of
+            -- the caller's making they would misread its columns.
+            IF fn.proname = 'idem_version_guard' THEN
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_client', fn.signature);
+            END IF;
         ELSE
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_admin', fn.signature);
         END IF;
