@@ -249,12 +249,13 @@ assign_outbox_backoff(const char *newval, void *extra)
 void
 idem_define_message_settings(void)
 {
+	/* Superuser only: they decide the fate of every drainer's events. */
 	DefineCustomIntVariable("idem.outbox_max_attempts",
 							"Publish attempts of an outbox event before it is dead (1 .. 1000).",
 							"Attempts are counted when a drainer claims the event.",
 							&idem_outbox_max_attempts,
 							6, 1, 1000,
-							PGC_USERSET, 0,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("idem.outbox_backoff",
@@ -262,7 +263,7 @@ idem_define_message_settings(void)
 							   "A comma-separated list of durations; the last one repeats.",
 							   &outbox_backoff_string,
 							   "5s, 30s, 2min, 5min, 15min, 30min",
-							   PGC_USERSET, 0,
+							   PGC_SUSET, 0,
 							   check_outbox_backoff, assign_outbox_backoff, NULL);
 
 	DefineCustomIntVariable("idem.inbox_backoff_base",

@@ -46,12 +46,16 @@ idem_define_settings(void)
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	/*
+	 * Superuser only: a session that shortened it could take over, or
+	 * clean up, other requests' finished keys.
+	 */
 	DefineCustomIntVariable("idem.ttl",
 							"How long a finished key is kept and replayed (1s .. 68 years).",
 							"Older finished keys are reclaimed by new requests and deleted by idem_cleanup.",
 							&idem_ttl_s,
 							24 * 60 * 60, 1, INT_MAX,
-							PGC_USERSET, GUC_UNIT_S,
+							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("idem.failure_cooldown",

@@ -436,11 +436,13 @@ SET idem.max_response_bytes = 0;
 SET idem.lease = '1ms';
 SHOW idem.lease;
 RESET ALL;
--- idem.max_lease bounds what any caller may ask for: only a superuser sets it.
+-- idem.max_lease bounds what any caller may ask for, and idem.ttl decides
+-- when other requests' keys may be taken over: only a superuser sets them.
 CREATE ROLE regress_idem_user;
 SET ROLE regress_idem_user;
 SET idem.lease = '10s';
 SET idem.max_lease = '1d';
+SET idem.ttl = '1s';
 RESET ROLE;
 DROP ROLE regress_idem_user;
 RESET ALL;
