@@ -97,21 +97,6 @@ static IdemStatement insert_claim = {
 	6, CLAIM_ARGS
 };
 
-/*
- * INSERT ... ON CONFLICT evaluates nextval() before it checks the key, so
- * a claimant that stalled in between, or waited there on an idem_begin
- * that then released the key and committed, would insert a generation
- * older than one already handed out for the key.  Once the new row holds
- * the key, its winner draws the generation again, unless no generation
- * was drawn since its own (then none can be newer).
- */
-static IdemStatement redraw_generation = {
-	"UPDATE @extschema@.idem_keys SET generation = nextval($6)"
-	" WHERE cache_key = $1 AND claim_id = $3"
-	" RETURNING generation, lease_expires_at",
-	6, CLAIM_ARGS
-};
-
 /* The new owner's row, written by both kinds of recovery. */
 #define RECLAIM_SET \
 	"UPDATE @extschema@.idem_keys SET state = 'pending', request_hash = $2," \
@@ -156,8 +141,18 @@ static IdemStatement finalize_claim = {
 	6, {BYTEAOID, UUIDOID, INT4OID, JSONBOID, BYTEAOID, BOOLOID}
 };
 
+/*
+ * A released key keeps its row, as a tombstone: failed, its cooldown over,
+ * with neither hash nor owner, so that any request may claim it at once.
+ * Deleting the row would lose the key's place in the generation order: an
+ * INSERT ... ON CONFLICT draws nextval() before it checks the key, so a
+ * claimant that drew its generation before the release and inserted after
+ * it would hand out an older generation than the released claim's.  With
+ * the row kept, that claimant conflicts, reads the tombstone and takes it
+ * over with a freshly drawn generation.
+ */
 static IdemStatement release_claim = {
-	"DELETE FROM @extschema@.idem_keys"
+	IDEM_TOMBSTONE_SET
 	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
 	2, {BYTEAOID, UUIDOID}
 };
@@ -211,21 +206,6 @@ generation_sequence(Oid namespace)
 	if (!OidIsValid(sequence))
 		elog(ERROR, "pg_idem sequence idem_generation_seq is missing");
 	return sequence;
-}
-
-/*
- * Is the generation the last claim just inserted still the sequence's last
- * value, that is, was no generation drawn after it?
- */
-static bool
-generation_is_latest(Datum sequence)
-{
-	bool		isnull;
-	Datum		inserted = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-										 1, &isnull);
-
-	return DatumGetInt64(DirectFunctionCall1(pg_sequence_last_value, sequence)) ==
-		DatumGetInt64(inserted);
 }
 
 /* Copy of the single row the last SPI statement returned. */
@@ -301,6 +281,18 @@ follower_outcome(ClaimAnswer *answer, bytea *request_hash, bool *ttl_passed)
 		return NULL;
 	answer->retry_after_us = remaining_us(DatumGetTimestampTz(lease));
 	return strcmp(state, "pending") == 0 ? "in_progress" : "cooldown";
+}
+
+/* Was the row released or evicted (see IDEM_TOMBSTONE_SET)? */
+static bool
+is_tombstone(ClaimAnswer *answer)
+{
+	bool		hash_null;
+	bool		isnull;
+	char	   *state = TextDatumGetCString(row_value(answer, ROW_STATE, &isnull));
+
+	(void) row_value(answer, ROW_REQUEST_HASH, &hash_null);
+	return hash_null && strcmp(state, "failed") == 0;
 }
 
 /* Fill the winner's part of the answer from a claim write's RETURNING row. */
@@ -408,9 +400,6 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 		{
 			if (idem_execute(&insert_claim, namespace, values, nulls, false, 1) == 1)
 			{
-				if (!generation_is_latest(values[5]) &&
-					idem_execute(&redraw_generation, namespace, values, nulls, false, 1) != 1)
-					elog(ERROR, "pg_idem: claimed key vanished before its generation was drawn");
 				won(answer, "claimed", claim_id);
 				return;
 			}
@@ -425,10 +414,13 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 			return;
 		}
 
+		/* A released or evicted key is simply claimed; others recovered. */
+		outcome = is_tombstone(answer) ? "claimed" :
+			ttl_passed ? "recovered_ttl" : "recovered_abandoned";
 		if (take_over(ttl_passed ? &recover_ttl_claim : &steal_claim, namespace,
 					  values, nulls))
 		{
-			won(answer, ttl_passed ? "recovered_ttl" : "recovered_abandoned", claim_id);
+			won(answer, outcome, claim_id);
 			return;
 		}
 		/* The key changed between our read and our write: read it again. */

@@ -90,6 +90,19 @@ extern void idem_stats_init(void);
 extern void idem_worker_init(void);
 extern void idem_count(IdemCounter counter, int64 n);
 
+/*
+ * What release and eviction leave of a key: a tombstone row, failed, its
+ * cooldown over, with neither request hash nor owner, so that any request
+ * claims it at once.  Keeping the row keeps the key's place in the
+ * generation order (see release_claim in claims.c).  The cleanup deletes
+ * tombstones with the other finished keys after idem.ttl.
+ */
+#define IDEM_TOMBSTONE_SET \
+	"UPDATE @extschema@.idem_keys SET state = 'failed', request_hash = NULL," \
+	" claim_id = NULL, lease_expires_at = clock_timestamp()," \
+	" finished_at = clock_timestamp(), response_status = NULL," \
+	" response_headers = NULL, response_body = NULL, replayable = true"
+
 /* Settings (settings.c). */
 extern int	idem_lease_ms;
 extern int	idem_max_lease_ms;

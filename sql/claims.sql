@@ -231,8 +231,11 @@ SELECT idem_fail(pg_temp.k('g'), pg_temp.cid('g1'), '0') AS failed;
 SELECT outcome FROM idem_lookup(pg_temp.k('g'), pg_temp.h('one'));
 SELECT * FROM pg_temp.claim('g2', 'g', 'one');
 SELECT idem_release(pg_temp.k('g'), pg_temp.cid('g2')) AS released;
--- Released: the row is gone, and the next claim wins at once.
-SELECT count(*) AS rows_left FROM idem_keys WHERE cache_key = pg_temp.k('g');
+-- Released: only a tombstone is left (no hash, no owner, no response), and
+-- the next claim, of any request, wins at once.
+SELECT state, request_hash IS NULL AS no_hash, claim_id IS NULL AS no_owner,
+       response_body IS NULL AS no_response
+  FROM idem_keys WHERE cache_key = pg_temp.k('g');
 SELECT outcome FROM idem_lookup(pg_temp.k('g'), pg_temp.h('two'));
 SELECT * FROM pg_temp.claim('g3', 'g', 'two');
 SELECT idem_release(pg_temp.k('g'), pg_temp.cid('g2')) AS release_again;
@@ -310,7 +313,8 @@ VALUES (pg_temp.k('legacy'), 'completed', NULL, nextval('idem_generation_seq'),
 SELECT * FROM pg_temp.claim('l1', 'legacy', 'one');
 SELECT * FROM pg_temp.claim('l2', 'legacy', 'two');
 SELECT outcome FROM idem_lookup(pg_temp.k('legacy'), pg_temp.h('two'));
--- A legacy failed key past its cooldown is taken over by any request.
+-- A legacy failed key past its cooldown (no hash, like a released key's
+-- tombstone) is claimed by any request.
 INSERT INTO idem_keys (cache_key, state, request_hash, generation, lease_expires_at, finished_at)
 VALUES (pg_temp.k('legacy-failed'), 'failed', NULL, nextval('idem_generation_seq'),
         clock_timestamp() - interval '1 s', clock_timestamp() - interval '2 s');
