@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # make demo: pg_idem stopping duplicate work, on a throwaway cluster.
 #
-# If the HTTP example service has been built (client/examples), the demo
-# runs the duplicate-request storm against it; otherwise it walks through
-# the SQL protocol: two concurrent claims of one key, a replay, a
-# mismatch and the steal of an abandoned claim.
+# With the HTTP example (client/examples/storm.sh) present, the demo builds
+# the C++ client and idem-demo-server, starts the service as the postgres
+# user and runs the duplicate-request storm against it, printing a table
+# (the storm script stops the service on exit, the trap below the cluster);
+# otherwise it walks through the SQL protocol: two concurrent claims of one
+# key, a replay, a mismatch and the steal of an abandoned claim.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -70,10 +70,18 @@ sql_error::sql_error(error_fields fields) : failure(describe(fields)), f_(std::m
         throw lock_not_available(std::move(f));
     if (code == "57014")
         throw query_canceled(std::move(f));
+    if (code == "55000")
+        throw object_not_in_prerequisite_state(std::move(f));
     if (code == "IL001")
         throw lease_lost(std::move(f));
     if (code == "IL002")
         throw claim_unfinished(std::move(f));
+    if (code == "IL003")
+        throw inbox_unfinished(std::move(f));
+    if (code == "IL005")
+        throw illegal_transition(std::move(f));
+    if (code == "IL006")
+        throw promotion_unpublished(std::move(f));
     if (cls == "IL")
         throw idem_error(std::move(f));
     throw sql_error(std::move(f));

@@ -124,10 +124,17 @@ IDEM_PG_ERROR(undefined_function, syntax_error_or_access_rule_violation);  // 42
 // 55P03 (lock_timeout) and 57014 (statement_timeout or cancel).
 IDEM_PG_ERROR(lock_not_available, sql_error);
 IDEM_PG_ERROR(query_canceled, sql_error);
+// 55000: a pg_idem call out of protocol order (an inbox message done twice
+// or begun again before its failed attempt was recorded; idem_stats without
+// shared_preload_libraries).
+IDEM_PG_ERROR(object_not_in_prerequisite_state, sql_error);
 // Class IL: pg_idem's own conditions.
 IDEM_PG_ERROR(idem_error, sql_error);
 IDEM_PG_ERROR(lease_lost, idem_error);        // IL001: strict finalize of a claim no longer owned
 IDEM_PG_ERROR(claim_unfinished, idem_error);  // IL002: idem_begin claim neither finalized nor released at COMMIT
+IDEM_PG_ERROR(inbox_unfinished, idem_error);  // IL003: inbox message begun but neither done nor failed at COMMIT
+IDEM_PG_ERROR(illegal_transition, idem_error);  // IL005: an attempt transition the state machine forbids
+IDEM_PG_ERROR(promotion_unpublished, idem_error);  // IL006: attempt promotion committed without its outbox event
 
 #undef IDEM_PG_ERROR
 
