@@ -2,7 +2,7 @@
 #
 #   make            build the extension          make install   install it
 #   make test       everything, on a throwaway cluster (tests/run.sh)
-#   make demo       the walkthrough on a throwaway cluster (tests/demo.sh)
+#   make demo       the duplicate-request storm against the HTTP example service (tests/demo.sh)
 #   make bench      the benchmarks (tests/bench/run.sh)
 
 .DEFAULT_GOAL := all
