@@ -1,0 +1,2 @@
+-- Steady state: what a cron job (or the cleanup worker) runs.
+SELECT idem_cleanup(1000);

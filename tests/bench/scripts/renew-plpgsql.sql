@@ -1,0 +1,3 @@
+-- PL/pgSQL, renew.
+\set k random(1, 1000)
+SELECT bench.plpgsql_renew(sha256(int8send(:k)), md5(int8send(:k))::uuid, interval '30 seconds');
