@@ -22,7 +22,8 @@ using clk = std::chrono::steady_clock;
 namespace {
 
 // Records when the winner's result committed ("finalized" is emitted right
-// after idem_finalize returns, before the wake-up lock is released).
+// after the finalize statement returns; its commit released the wake-up
+// lock, so followers may already be reading the key).
 class commit_clock : public idem::metrics
 {
 public:

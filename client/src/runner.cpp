@@ -6,16 +6,36 @@
 // finalize would take a cluster-wide lock through each commit and serialize
 // them, so instead the winner's renewal connection holds a session-level
 // advisory lock on (class 'idem', first 4 bytes of the cache key) while the
-// handler runs, and unlocks it right after the finalize has committed. The
+// handler runs, and lets go of it only once the finalize has committed. The
 // winner takes the lock with pg_try_advisory_lock in the same statement as
 // its claim (after idem_claim, before the implicit commit), so no follower
 // can see the pending row while the lock is still free. A follower that
 // sees in_progress blocks on the lock in shared mode (all followers wake
 // together) with a lock_timeout of its remaining budget, capped at
-// poll_max, then reads the key again with idem_lookup. Costs on the
-// uncontended path: none extra for the lock (same statement as the claim)
-// and one unlock round trip after the commit, on a connection no one else
-// waits for; advisory locks live in the lock manager and serialize nothing.
+// poll_max, then reads the key again with idem_lookup.
+//
+// Letting go. In lease mode the finalize (or release, fail) runs on the
+// lock's own session, in autocommit: that statement takes the lock again at
+// transaction level and drops the session-level hold (handing_lock_over),
+// so the lock goes at the end of the finalize's transaction, which
+// PostgreSQL does after the commit is visible. No unlock statement after
+// the commit, no third round trip. A libpq pipeline (finalize, Sync,
+// unlock, Sync) would save the round trip as well but needs pipeline mode
+// in the libpq wrapper and, unlike the hand-over, would run the unlock even
+// after a failed finalize (the Sync ends the failed transaction and the
+// unlock runs), waking followers before the release; a multi-statement
+// simple query would run the unlock inside the finalize's implicit
+// transaction, before its commit; handing the unlock to the renewal thread
+// only moves the round trip, as the connection must stay out of the pool
+// until the unlock is done (the request waits, or a thread outlives it).
+// A separate unlock statement (unlock_sql) remains the fallback: the
+// hand-over did not happen (an error, the lock not held), and fenced mode,
+// whose finalize commits on another connection.
+//
+// Costs on the uncontended path: no statement of its own (the lock rides
+// on the claim and the finalize), only the extra lock calls those two
+// statements parse, plan and run, on a connection no one else waits for;
+// advisory locks live in the lock manager and serialize nothing.
 // A winner that dies ends its session, which drops the lock: followers wake
 // at once and fall back to polling (backoff poll_min..poll_max with jitter,
 // never beyond the lease's remaining time) until the lease expires and one
@@ -127,10 +147,36 @@ claim_row parse_row(const pg::result &r)
     return row;
 }
 
+// One more column for a statement run on the session that holds the
+// wake-up lock (class $n, key $n + 1): it hands the lock over to the
+// statement's own transaction. It takes the same lock at transaction level
+// (granted at once to the session that holds it, waiters or not; CASE
+// makes this happen first) and only then drops the session-level hold, so
+// the lock is never free in between. The transaction-level hold lasts until
+// the transaction ends, and PostgreSQL releases a transaction's locks after
+// its commit is visible to other sessions (CommitTransaction:
+// ProcArrayEndTransaction, then ResourceOwnerRelease of the locks): a
+// follower blocked on the lock wakes up to the committed row, without a
+// statement after the commit. True when the session-level hold was dropped.
+// Placed last in the target list, which PostgreSQL evaluates left to right:
+// an error raised by idem_finalize / idem_release / idem_fail comes before
+// the hand-over, and the session still holds the lock for the fallback.
+// (A subquery behind OFFSET 0 would order it too, but its second query
+// level to parse and plan made every finalize measurably slower.)
+std::string handing_lock_over(int n)
+{
+    const std::string cls = "$" + std::to_string(n), key = "$" + std::to_string(n + 1);
+    return ", CASE WHEN pg_catalog.pg_try_advisory_xact_lock(" + cls + ", " + key +
+           ") THEN pg_catalog.pg_advisory_unlock(" + cls + ", " + key + ") END";
+}
+
 // The SQL the runner sends, with the extension's schema when configured.
 struct statements
 {
     std::string claim, lookup, begin, renew, probe_renew, finalize, release, fail;
+    // The same on the session that holds the wake-up lock, releasing it at
+    // their commit (handing_lock_over).
+    std::string finalize_unlock, release_unlock, fail_unlock;
 
     explicit statements(const std::string &schema)
     {
@@ -169,13 +215,19 @@ struct statements
         // runner lowers that setting to 0 for this transaction and sends one
         // byte instead of the whole body. The setting is read after the
         // finalize (which loads the library on a fresh connection).
-        finalize = "SELECT " + p +
-                   "idem_finalize($1, $2::uuid, $3::int4, $4::jsonb, $5, $6), "
-                   "pg_catalog.current_setting('idem.max_response_bytes', true) "
-                   "FROM (SELECT CASE WHEN $7 THEN pg_catalog.set_config("
-                   "'idem.max_response_bytes', '0', true) END AS forced) s";
+        const std::string finalize_cols =
+            "SELECT " + p +
+            "idem_finalize($1, $2::uuid, $3::int4, $4::jsonb, $5, $6), "
+            "pg_catalog.current_setting('idem.max_response_bytes', true)";
+        const std::string finalize_from =
+            " FROM (SELECT CASE WHEN $7 THEN pg_catalog.set_config("
+            "'idem.max_response_bytes', '0', true) END AS forced) s";
+        finalize = finalize_cols + finalize_from;
         release = "SELECT " + p + "idem_release($1, $2::uuid)";
         fail = "SELECT " + p + "idem_fail($1, $2::uuid, $3::interval)";
+        finalize_unlock = finalize_cols + handing_lock_over(8) + finalize_from;
+        release_unlock = release + handing_lock_over(3);
+        fail_unlock = fail + handing_lock_over(4);
     }
 };
 
@@ -332,17 +384,20 @@ private:
 
     claim_row claim(call &c, pg::connection &conn) const;
     claim_row lookup(call &c, pg::connection &conn) const;
+    // Drops the wake-up lock `held` on conn with a statement of its own.
     void unlock(call &c, connection_handle &conn, bool held) const;
-    // idem_release / idem_fail by status; false when not owned.
+    // idem_release / idem_fail by status; false when not owned. With `held`
+    // (conn holds the wake-up lock), the statement also releases the lock at
+    // its commit and clears *held when it did.
     void give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
-                       storage_action action) const;
+                       storage_action action, bool *held = nullptr) const;
     settled settle_by_reading(call &c, const std::string &claim_id,
                               std::int64_t generation) const;
     std::vector<pg::param> finalize_params(const call &c, const std::string &claim_id,
                                            const response &resp, bool strict) const;
     run_result win_standard(call &c, connection_handle conn, claim_row &row,
                             const handler &h) const;
-    void store_standard(call &c, connection_handle &conn, const std::string &claim_id,
+    void store_standard(call &c, connection_handle &conn, bool &held, const std::string &claim_id,
                         std::int64_t generation, const response &resp) const;
     run_result win_fenced(call &c, connection_handle conn, claim_row &row,
                           const transaction_handler &h, pg::isolation level) const;
@@ -731,16 +786,27 @@ void engine::unlock(call &c, connection_handle &conn, bool held) const
 }
 
 void engine::give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
-                           storage_action action) const
+                           storage_action action, bool *held) const
 {
+    bool scratch = false;
+    bool &lock = held ? *held : scratch;
     try
     {
         if (!conn)
+        {
             conn = provider_.acquire();
+            lock = false;  // a session of its own: the old one took the lock with it
+        }
         pg::result r = action == storage_action::fail
-                           ? conn->exec(sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
-                                        cfg_.failure_cooldown())
-                           : conn->exec(sql_.release, pg::as_bytea(c.ck_bytes), claim_id);
+                           ? (lock ? conn->exec(sql_.fail_unlock, pg::as_bytea(c.ck_bytes), claim_id,
+                                                cfg_.failure_cooldown(), lock_class, c.lock_key)
+                                   : conn->exec(sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
+                                                cfg_.failure_cooldown()))
+                           : (lock ? conn->exec(sql_.release_unlock, pg::as_bytea(c.ck_bytes),
+                                                claim_id, lock_class, c.lock_key)
+                                   : conn->exec(sql_.release, pg::as_bytea(c.ck_bytes), claim_id));
+        if (lock && !r.is_null(0, 1) && r.get_bool(0, 1))
+            lock = false;  // released by the statement's commit
         if (r.is_null(0, 0) || !r.get_bool(0, 0))
         {
             emit(event::lease_stolen);
@@ -753,7 +819,10 @@ void engine::give_up_claim(call &c, connection_handle &conn, const std::string &
         if (!c.res.error)
             c.res.error = std::current_exception();
         if (conn && !conn->is_open())
+        {
             conn.reset();
+            lock = false;  // went with the session
+        }
     }
 }
 
@@ -882,26 +951,32 @@ run_result engine::win_standard(call &c, connection_handle conn, claim_row &row,
     {
         keeper.stop();
         connection_handle cn = keeper.take_connection();
-        give_up_claim(c, cn, row.claim_id, storage_action::fail);
-        unlock(c, cn, keeper.lock_held());
+        bool held = keeper.lock_held();
+        give_up_claim(c, cn, row.claim_id, storage_action::fail, &held);
+        unlock(c, cn, held);
         finish(c, outcome::failed);
         throw;
     }
     keeper.stop();
     conn = keeper.take_connection();
-    store_standard(c, conn, row.claim_id, row.generation, resp);
-    unlock(c, conn, keeper.lock_held());
+    // The finalize (or release, fail) normally runs on the connection that
+    // holds the wake-up lock and releases it at its commit: no unlock round
+    // trip. unlock() is the fallback for every other path.
+    bool held = keeper.lock_held();
+    store_standard(c, conn, held, row.claim_id, row.generation, resp);
+    unlock(c, conn, held);
     c.res.response = std::move(resp);
     return finish(c, c.res.outcome);
 }
 
-void engine::store_standard(call &c, connection_handle &conn, const std::string &claim_id,
-                            std::int64_t generation, const response &resp) const
+void engine::store_standard(call &c, connection_handle &conn, bool &held,
+                            const std::string &claim_id, std::int64_t generation,
+                            const response &resp) const
 {
     const storage_action action = classify(resp.status);
     if (action != storage_action::finalize)
     {
-        give_up_claim(c, conn, claim_id, action);
+        give_up_claim(c, conn, claim_id, action, &held);
         c.res.outcome = action == storage_action::fail ? outcome::failed : outcome::won_completed;
         return;
     }
@@ -912,8 +987,22 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
         try
         {
             if (!conn)
+            {
                 conn = provider_.acquire();
-            pg::result r = conn->exec_params(sql_.finalize, params);
+                held = false;
+            }
+            pg::result r;
+            if (held)
+            {
+                std::vector<pg::param> with_lock = params;
+                with_lock.push_back(pg::to_param(lock_class));
+                with_lock.push_back(pg::to_param(c.lock_key));
+                r = conn->exec_params(sql_.finalize_unlock, with_lock);
+                if (!r.is_null(0, 2) && r.get_bool(0, 2))
+                    held = false;  // released by the finalize's commit
+            }
+            else
+                r = conn->exec_params(sql_.finalize, params);
             if (r.is_null(0, 0) || !r.get_bool(0, 0))
             {
                 emit(event::lease_stolen);
@@ -930,7 +1019,9 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
         catch (const pg::broken_connection &)
         {
             // The finalize may have committed: read the key, never re-run.
+            // The wake-up lock went with the session.
             conn.reset();
+            held = false;
             emit(event::unknown_outcome);
             switch (settle_by_reading(c, claim_id, generation))
             {
@@ -961,8 +1052,14 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
             emit(event::finalize_error);
             c.res.error = std::current_exception();
             if (conn && !conn->is_open())
+            {
                 conn.reset();
-            give_up_claim(c, conn, claim_id, storage_action::release);
+                held = false;
+            }
+            // An error from the finalize itself leaves the session holding
+            // the lock (it is handed over only after idem_finalize returned):
+            // the release drops it at its commit, or unlock() does after.
+            give_up_claim(c, conn, claim_id, storage_action::release, &held);
             c.res.outcome = outcome::failed;
             return;
         }
@@ -1142,9 +1239,13 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
 
     keeper.stop();
     connection_handle cn = keeper.take_connection();
+    // The handler's transaction ran on another connection: after its commit,
+    // the lock's session drops the lock with a statement of its own (or with
+    // the release / fail, when there is one).
+    bool held = keeper.lock_held();
     if (todo == after::give_up)
-        give_up_claim(c, cn, row.claim_id, action);
-    unlock(c, cn, keeper.lock_held());
+        give_up_claim(c, cn, row.claim_id, action, &held);
+    unlock(c, cn, held);
     if (rethrow)
     {
         finish(c, outcome::failed);

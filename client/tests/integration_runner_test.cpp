@@ -566,6 +566,86 @@ TEST(Runner, RenewalSurvivesALostConnection)
     EXPECT_EQ(m.count(event::recovered_abandoned), 0);
 }
 
+// The wake-up lock is let go by the finalize's own commit: while that commit
+// is held up (a deferred trigger on idem_keys waits for advisory lock
+// (4242, 3)), the lock is still held and the follower keeps waiting; once it
+// commits, the follower replays the stored response.
+TEST(Runner, FollowerIsNotWokenBeforeTheFinalizeCommits)
+{
+    IDEM_REQUIRE_DB();
+    simple_pool pool(idem_test::dsn(), 8);
+    runner run(pool, quick().follower_wait_budget(5s).build());
+    req_data rq{idem_test::unique_key("wake-after-commit")};
+    const digest ck = cache_key(rq.principal, "POST", rq.target, rq.key);
+    const std::uint32_t objid = (std::uint32_t(ck[0]) << 24) | (std::uint32_t(ck[1]) << 16) |
+                                (std::uint32_t(ck[2]) << 8) | std::uint32_t(ck[3]);
+    pg::connection admin(idem_test::dsn());
+    admin.exec("CREATE OR REPLACE FUNCTION gate_finalize() RETURNS trigger LANGUAGE plpgsql AS"
+               " $$BEGIN IF NEW.cache_key = '\\x" + to_hex(ck) + "'::bytea AND NEW.state <> 'pending'"
+               " THEN PERFORM pg_advisory_xact_lock_shared(4242, 3); END IF; RETURN NULL; END$$");
+    admin.exec("CREATE CONSTRAINT TRIGGER idem_keys_finalize_gate AFTER UPDATE ON idem_keys"
+               " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION gate_finalize()");
+    struct cleanup
+    {
+        pg::connection &c;
+        ~cleanup()
+        {
+            try
+            {
+                c.exec("DROP TRIGGER IF EXISTS idem_keys_finalize_gate ON idem_keys");
+                c.exec("DROP FUNCTION IF EXISTS gate_finalize()");
+            }
+            catch (...)
+            {
+            }
+        }
+    } drop_gate{admin};
+    pg::connection gate(idem_test::dsn());
+    gate.exec("SELECT pg_advisory_lock(4242, 3)");
+
+    std::promise<void> entered;
+    auto winner = std::async(std::launch::async, [&] {
+        return run.run(rq.view(), [&](const claim_context &) {
+            entered.set_value();
+            std::this_thread::sleep_for(100ms);
+            return response{200, {}, "gated"};
+        });
+    });
+    entered.get_future().wait();
+    auto follower = std::async(std::launch::async, [&] {
+        return run.run(rq.view(), [](const claim_context &) { return response{500, {}, "ran"}; });
+    });
+    // Wait until the winner's finalize is stuck in its COMMIT.
+    bool stuck = false;
+    for (int i = 0; i < 300 && !stuck; ++i)
+    {
+        stuck = !admin.exec("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 4242"
+                            " AND objid = 3 AND NOT granted")
+                     .empty();
+        if (!stuck)
+            std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(stuck);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(follower.wait_for(0ms), std::future_status::timeout);
+    EXPECT_EQ(admin.exec("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+                         " AND classid = 1768187245 AND objid = $1::int8::oid AND objsubid = 2"
+                         " AND mode = 'ExclusiveLock' AND granted",
+                         std::to_string(objid))
+                  .get_int(0, 0),
+              1);
+    EXPECT_EQ(admin.exec("SELECT state FROM idem_keys WHERE cache_key = $1", pg::as_bytea(to_bytes(ck)))
+                  .get_text(0, 0),
+              "pending");
+    gate.exec("SELECT pg_advisory_unlock(4242, 3)");
+    run_result w = winner.get();
+    run_result f = follower.get();
+    EXPECT_EQ(w.outcome, outcome::won_completed);
+    EXPECT_TRUE(is_replay(f));
+    EXPECT_EQ(f.response.body, "gated");
+    EXPECT_FALSE(f.handler_ran);
+}
+
 TEST(Runner, StolenClaimReturnsOwnResponseAndReportsIt)
 {
     IDEM_REQUIRE_DB();
