@@ -379,6 +379,10 @@ private:
     void start_waiting(call &c) const;
 
     next on_row(call &c, const claim_row &row) const;
+    // A follower's turn with the key's row: the answer when the request is
+    // answered, or nothing to go round the loop again (claim or read anew).
+    std::optional<run_result> follow(call &c, connection_handle &conn, const claim_row &row,
+                                     bool &do_claim) const;
     run_result loop(call &c, connection_handle conn, bool claim_first, const win_fn &win) const;
     void wait_for_winner(call &c, pg::connection &conn, const claim_row &row) const;
 
@@ -733,41 +737,50 @@ run_result engine::loop(call &c, connection_handle conn, bool claim_first,
         broken = 0;
         if (do_claim && row.won())
             return win(c, std::move(conn), row);
-        next n;
+        if (std::optional<run_result> r = follow(c, conn, row, do_claim))
+            return std::move(*r);
+    }
+}
+
+std::optional<run_result> engine::follow(call &c, connection_handle &conn, const claim_row &row,
+                                         bool &do_claim) const
+{
+    next n;
+    try
+    {
+        n = on_row(c, row);
+    }
+    catch (const std::exception &)
+    {
+        return unavailable(c);
+    }
+    switch (n)
+    {
+    case next::answer:
+        return finish(c, c.res.outcome);
+    case next::claim:
+        do_claim = true;
+        return std::nullopt;
+    case next::wait:
+        if (clock::now() >= c.deadline)
+            return timed_out(c);
         try
         {
-            n = on_row(c, row);
+            if (conn)
+                wait_for_winner(c, *conn, row);
+        }
+        catch (const pg::broken_connection &)
+        {
+            conn.reset();
         }
         catch (const std::exception &)
         {
             return unavailable(c);
         }
-        switch (n)
-        {
-        case next::answer:
-            return finish(c, c.res.outcome);
-        case next::claim:
-            do_claim = true;
-            continue;
-        case next::wait:
-            if (clock::now() >= c.deadline)
-                return timed_out(c);
-            try
-            {
-                wait_for_winner(c, *conn, row);
-            }
-            catch (const pg::broken_connection &)
-            {
-                conn.reset();
-            }
-            catch (const std::exception &)
-            {
-                return unavailable(c);
-            }
-            do_claim = false;
-            continue;
-        }
+        do_claim = false;
+        return std::nullopt;
     }
+    return std::nullopt;
 }
 
 void engine::unlock(call &c, connection_handle &conn, bool held) const
@@ -1466,41 +1479,8 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             }
             tx.reset();
         }
-        next n;
-        try
-        {
-            n = on_row(c, row);
-        }
-        catch (const std::exception &)
-        {
-            return unavailable(c);
-        }
-        switch (n)
-        {
-        case next::answer:
-            return finish(c, c.res.outcome);
-        case next::claim:
-            do_claim = true;
-            continue;
-        case next::wait:
-            if (clock::now() >= c.deadline)
-                return timed_out(c);
-            try
-            {
-                if (conn)
-                    wait_for_winner(c, *conn, row);
-            }
-            catch (const pg::broken_connection &)
-            {
-                conn.reset();
-            }
-            catch (const std::exception &)
-            {
-                return unavailable(c);
-            }
-            do_claim = false;
-            continue;
-        }
+        if (std::optional<run_result> r = follow(c, conn, row, do_claim))
+            return std::move(*r);
     }
 }
 
