@@ -15,24 +15,7 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-struct req_data
-{
-    std::string key;
-    std::string body = "{\"item\":42}";
-
-    request_view view() const
-    {
-        request_view v;
-        v.principal = "bob";
-        v.method = "POST";
-        v.target = "/transfers";
-        v.idempotency_keys = {key};
-        v.body = body;
-        return v;
-    }
-    std::string ck() const { return to_bytes(cache_key("bob", "POST", "/transfers", key)); }
-    std::string rh() const { return to_bytes(request_hash(body)); }
-};
+using req_data = idem_test::test_request;
 
 config::builder quick()
 {

@@ -11,26 +11,7 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-struct req_data
-{
-    std::string key;
-    std::string body = "{\"amount\":5}";
-    std::string principal = "alice";
-    std::string target = "/orders";
-    bool key_required = false;
-
-    request_view view() const
-    {
-        request_view v;
-        v.principal = principal;
-        v.method = "POST";
-        v.target = target;
-        v.idempotency_keys = {key};
-        v.body = body;
-        v.key_required = key_required;
-        return v;
-    }
-};
+using req_data = idem_test::test_request;
 
 config::builder quick()
 {

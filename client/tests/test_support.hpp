@@ -28,6 +28,34 @@ std::string unique_key(const std::string &prefix);
 // Rows in effects (or another table with a key column) for key.
 long long count_rows(const std::string &table, const std::string &key);
 
+// A POST request for the runner, with the cache key and request hash the
+// server stores for it.
+struct test_request
+{
+    std::string key;
+    std::string body = "{\"amount\":5}";
+    std::string principal = "alice";
+    std::string target = "/orders";
+    bool key_required = false;
+
+    idem::request_view view() const
+    {
+        idem::request_view v;
+        v.principal = principal;
+        v.method = "POST";
+        v.target = target;
+        v.idempotency_keys = {key};
+        v.body = body;
+        v.key_required = key_required;
+        return v;
+    }
+    std::string ck() const
+    {
+        return idem::to_bytes(idem::cache_key(principal, "POST", target, key));
+    }
+    std::string rh() const { return idem::to_bytes(idem::request_hash(body)); }
+};
+
 // Counts every outcome and event.
 class counting_metrics : public idem::metrics
 {
