@@ -16,16 +16,16 @@ PG_CPPFLAGS = -I$(srcdir)/extension
 PG_CFLAGS   = -Werror=implicit-function-declaration
 
 # The install script of the current version is assembled from one file per
-# concern (extension/sql/NN_*.sql, in name order).  Install scripts of
-# released versions are frozen in extension/.  Each release step's upgrade
-# script is assembled from the pieces that step introduced, plus
-# extension/upgrades/<step>.sql for changes to objects that already existed;
-# tests/t/050_upgrade.pl checks that every path ends where a fresh install does.
+# concern (extension/sql/NN_*.sql, in name order).  Install and upgrade
+# scripts of released versions are frozen in extension/ (never edited).
+# The upgrade script to the current version is extension/upgrades/
+# <previous>--<current>.sql; tests/t/050_upgrade.pl checks that every path
+# ends where a fresh install does.
 MODULEDIR   = extension
-STEP_0.1.0--0.2.0 = 40_outbox 50_inbox 60_attempts 70_version_guard 80_operations 90_privileges
-UPGRADES    = $(EXT)--0.1.0--0.2.0.sql
+PREVIOUS    = 0.2.0
+UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
 DATA        = extension/$(EXT).control $(wildcard extension/$(EXT)--*.sql)
-DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADES)
+DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADE)
 EXTRA_CLEAN = $(EXT)--*.sql results regression.diffs regression.out \
               output_iso tmp_check
 
@@ -48,7 +48,7 @@ endef
 $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
 	$(assemble)
 
-$(EXT)--0.1.0--0.2.0.sql: $(patsubst %,extension/sql/%.sql,$(STEP_0.1.0--0.2.0)) $(wildcard extension/upgrades/0.1.0--0.2.0.sql)
+$(UPGRADE): extension/upgrades/$(PREVIOUS)--$(EXTVERSION).sql
 	$(assemble)
 
 $(OBJS): $(wildcard extension/*.h)

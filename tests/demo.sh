@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: pg_idem stopping duplicate work, on a throwaway cluster.
 #
-# With the HTTP example (client/examples/storm.sh) present, the demo builds
+# With the HTTP example (client/cpp/examples/demo/storm.sh) present, the demo builds
 # the C++ client and idem-demo-server, starts the service as the postgres
 # user and runs the duplicate-request storm against it, printing a table
 # (the storm script stops the service on exit, the trap below the cluster);
@@ -13,12 +13,12 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/tests/lib.sh"
 
 install_missing_packages
-build_and_install_extension "$ROOT"
 make_workdir demo
+build_and_install_extension "$ROOT"
 start_cluster "shared_preload_libraries = 'pg_idem'"
 
-if [ -f "$ROOT/client/examples/storm.sh" ]; then
-    bash "$ROOT/client/examples/storm.sh"
+if [ -f "$ROOT/client/cpp/examples/demo/storm.sh" ]; then
+    bash "$ROOT/client/cpp/examples/demo/storm.sh"
     exit $?
 fi
 

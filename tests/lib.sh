@@ -1,12 +1,22 @@
 # Shared by tests/run.sh, tests/demo.sh and tests/bench/run.sh: install what
 # is missing, build, and run a throwaway PostgreSQL cluster.
 #
+# Nothing is installed into the system's PostgreSQL: the extension goes
+# into a private copy of the server's installation in the scratch
+# directory ($WORK/pg, hard links to Debian's files where possible), and
+# the throwaway cluster runs from there.  PostgreSQL finds its share and
+# library directories relative to its binaries, so the copy is complete.
+#
 # PostgreSQL refuses to run as root, so when we are root the server and
 # the tests run as the unprivileged "postgres" user (created by Debian's
 # postgresql package) in a private copy of the tree that user owns.
+#
+# The scratch directory ($WORK) is removed when the script succeeds and
+# kept, with its path printed, when it fails.
 
 PG_MAJOR=${PG_MAJOR:-15}
-PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+SYSTEM_PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_BIN=$SYSTEM_PG_BIN
 
 # Debian packages the build, the tests, the demo and the benchmarks need.
 IDEM_PACKAGES="make gcc g++ cmake pkg-config postgresql-$PG_MAJOR
@@ -35,11 +45,31 @@ install_missing_packages() {
         --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Build and install the extension from the tree at $1.
+# Build the extension from the tree at $1 and install it into a private
+# copy of the server's installation, $WORK/pg; PG_BIN then points there.
 build_and_install_extension() {
-    say "building and installing the extension"
-    make -C "$1" -s PG_CONFIG="$PG_BIN/pg_config" all
-    as_root make -C "$1" -s PG_CONFIG="$PG_BIN/pg_config" install >/dev/null
+    local root=$1 stage=$WORK/pg
+    say "building the extension and installing it into $stage (not into the system)"
+    make -C "$root" -s PG_CONFIG="$SYSTEM_PG_BIN/pg_config" all
+    stage_postgres "$stage"
+    make -C "$root" -s PG_CONFIG="$SYSTEM_PG_BIN/pg_config" DESTDIR="$stage" install >/dev/null
+    PG_BIN=$stage/usr/lib/postgresql/$PG_MAJOR/bin
+    export PG_BIN
+}
+
+# A private copy of the PostgreSQL installation at $1, laid out as under
+# /: binaries and libraries hard-linked (copied across file systems),
+# share copied, headers linked.  Any pg_idem file of an earlier system
+# install is left out.
+stage_postgres() {
+    local stage=$1 lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR
+    mkdir -p "$stage/usr/lib/postgresql" "$stage/usr/share/postgresql"
+    cp -al "$lib" "$stage/usr/lib/postgresql/" 2>/dev/null ||
+        cp -a "$lib" "$stage/usr/lib/postgresql/"
+    cp -a "$share" "$stage/usr/share/postgresql/"
+    rm -f "$stage$lib"/lib/pg_idem* "$stage$share"/extension/pg_idem*
+    rm -rf "$stage$lib"/lib/bitcode/pg_idem*
+    ln -sfn /usr/include "$stage/usr/include"
 }
 
 # The user the server and the tests run as.
@@ -57,12 +87,27 @@ as_run_user() {
     fi
 }
 
-# A scratch directory owned by the run user: $WORK.
+# A scratch directory owned by the run user: $WORK.  Removed on success,
+# kept on failure (finish_workdir, from the EXIT trap).
 make_workdir() {
     WORK=$(mktemp -d "${TMPDIR:-/tmp}/pg_idem.$1.XXXXXX")
     [ "$(id -u)" = 0 ] && chown postgres: "$WORK"
     chmod 755 "$WORK"
     export WORK
+    trap 'finish_workdir $?' EXIT
+}
+
+# EXIT trap: stop the cluster, then remove $WORK, or keep it on failure
+# (or with KEEP_WORK=1) and say where it is.
+finish_workdir() {
+    local rc=$1
+    stop_cluster
+    if [ "$rc" -eq 0 ] && [ "${KEEP_WORK:-0}" != 1 ]; then
+        rm -rf "$WORK"
+    else
+        echo "scratch directory kept: $WORK" >&2
+    fi
+    return "$rc"
 }
 
 # A copy of the source tree at $1 in $WORK/src, owned by the run user.
@@ -101,7 +146,6 @@ start_cluster() {
         echo "${1:-}"
     } | as_run_user tee -a "$WORK/data/postgresql.conf" >/dev/null
     as_run_user "$PG_BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w start >/dev/null
-    trap stop_cluster EXIT
 }
 
 stop_cluster() {

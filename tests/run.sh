@@ -62,10 +62,10 @@ run_tap_suite() {
 
 # ctest prints "N% tests passed, M tests failed out of T".
 run_client_suite() {
-    [ -f "$WORK/src/client/CMakeLists.txt" ] || return 0
+    [ -f "$WORK/src/client/cpp/CMakeLists.txt" ] || return 0
     local log="$WORK/client.log" total bad
     say "C++ client"
-    if ! as_run_user cmake -S "$WORK/src/client" -B "$WORK/client-build" \
+    if ! as_run_user cmake -S "$WORK/src/client/cpp" -B "$WORK/client-build" \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
        ! as_run_user cmake --build "$WORK/client-build" -j2 >>"$log" 2>&1; then
         tail -n 80 "$log"
@@ -107,8 +107,8 @@ run_examples() {
 }
 
 install_missing_packages bc
-build_and_install_extension "$ROOT"
 make_workdir test
+build_and_install_extension "$ROOT"
 copy_tree "$ROOT"
 start_cluster "shared_preload_libraries = 'pg_idem'" || { echo "0 passed, 1 failed"; exit 1; }
 

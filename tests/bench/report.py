@@ -832,7 +832,7 @@ if "wakeup_cost" in failed_targets:
       f"client ({fmt(lock, '.0f')} requests/s with it, {fmt(poll, '.0f')} without, mean of "
       "the rounds). The winner takes its advisory lock inside the claim statement, but "
       "releases it with a statement of its own (`pg_advisory_unlock`, after the finalize "
-      "has committed: see the comment at the top of client/src/runner.cpp), so an "
+      "has committed: see the comment at the top of client/cpp/src/runner.cpp), so an "
       "uncontended request makes three round trips instead of two" +
       (f"; a bare round trip (a prepared `BEGIN`, pgbench) takes {rtt * 1000:.0f} µs here, "
        f"{100 * rtt * 1000 * poll / 1e6:.0f} % of a request at the polling-only rate"
@@ -1029,7 +1029,7 @@ else:
 P("### Follower wake-up through the C++ client")
 P("")
 if wakeup:
-    P("`client/bench/wakeup_bench.cpp` (`synchronous_commit = on`): a winner runs a 60 ms "
+    P("`client/cpp/bench/wakeup_bench.cpp` (`synchronous_commit = on`): a winner runs a 60 ms "
       "handler while followers wait "
       "on the same key; the latency runs from the moment the winner's `idem_finalize` has "
       "returned (committed: it is a transaction of its own) to each follower's return. The uncontended "

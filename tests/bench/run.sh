@@ -68,8 +68,8 @@ q() { client psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 
 START_TIME=$(date +%s)
 install_missing_packages gnuplot-nox bc
-build_and_install_extension "$ROOT"
 make_workdir bench
+build_and_install_extension "$ROOT"
 copy_tree "$ROOT"
 SCRIPTS=$WORK/src/tests/bench/scripts
 mkdir -p "$WORK/runs" "$WORK/info" "$WORK/wakeup" "$WORK/steady"
@@ -80,10 +80,10 @@ INFO=$WORK/info
 # (an unchanged client rebuilds in a second).
 CLIENT_BUILD=${TMPDIR:-/tmp}/pg_idem-bench-client.$(id -u).$(printf '%s' "$ROOT" | md5sum | cut -c1-8)
 CLIENT_OK=f
-if [ -f "$ROOT/client/CMakeLists.txt" ] && [ -f "$ROOT/client/bench/CMakeLists.txt" ]; then
+if [ -f "$ROOT/client/cpp/CMakeLists.txt" ] && [ -f "$ROOT/client/cpp/bench/CMakeLists.txt" ]; then
     say "building the C++ client's benchmarks in $CLIENT_BUILD"
     if cmake -S "$BENCH/client" -B "$CLIENT_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-            -DPG_IDEM_CLIENT_DIR="$ROOT/client" >"$INFO/client-build.log" 2>&1 &&
+            -DPG_IDEM_CLIENT_DIR="$ROOT/client/cpp" >"$INFO/client-build.log" 2>&1 &&
        cmake --build "$CLIENT_BUILD" -j2 --target idem_wakeup_bench idem_cycle_bench \
             >>"$INFO/client-build.log" 2>&1; then
         CLIENT_OK=t
@@ -106,9 +106,10 @@ rm -f "$WORK/fsync.tmp"
 start_cluster "$CLUSTER_CONF"
 BG_PIDS=()
 finish() {
-    local pid
+    local rc=$? pid
     for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    stop_cluster
+    [ "${BENCH_KEEP:-0}" = 1 ] && KEEP_WORK=1
+    finish_workdir "$rc"
 }
 trap finish EXIT
 
@@ -389,4 +390,3 @@ stop_cluster
 
 say "report"
 python3 "$BENCH/report.py" "$WORK" "$RESULTS" "$BENCH/plots"
-[ "${BENCH_KEEP:-0}" = 1 ] || rm -rf "$WORK"

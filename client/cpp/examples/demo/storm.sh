@@ -18,7 +18,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+ROOT=$(cd "$HERE/../../../.." && pwd)
 PSQL=psql
 [ -x "/usr/lib/postgresql/${PG_MAJOR:-15}/bin/psql" ] && PSQL=/usr/lib/postgresql/${PG_MAJOR:-15}/bin/psql
 
@@ -88,7 +88,7 @@ trap 'exit 130' INT TERM
 if [ -z "$SERVER" ] || [ -z "$SENDER" ]; then
     BUILD=${IDEM_DEMO_BUILD:-$SCRATCH/build}
     say "building the client library and the demo (cmake, $BUILD)"
-    if ! { cmake -S "$ROOT/client" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    if ! { cmake -S "$ROOT/client/cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
                -DPG_IDEM_BUILD_TESTS=OFF -DPG_IDEM_BUILD_BENCH=OFF &&
            cmake --build "$BUILD" -j2 --target idem-demo-server idem-demo-storm; } \
             >"$SCRATCH/build.log" 2>&1; then
