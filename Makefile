@@ -18,9 +18,10 @@ PG_CFLAGS   = -Werror=implicit-function-declaration
 # The install script of the current version is assembled from one file per
 # concern (extension/sql/NN_*.sql, in name order).  Install and upgrade
 # scripts of released versions are frozen in extension/ (never edited).
-# The upgrade script to the current version is extension/upgrades/
-# <previous>--<current>.sql; tests/t/050_upgrade.pl checks that every path
-# ends where a fresh install does.
+# The upgrade script to the current version is assembled from
+# extension/upgrades/<previous>--<current>/NN_*.sql, one file per concern;
+# tests/t/050_upgrade.pl checks that every path ends where a fresh install
+# does.
 MODULEDIR   = extension
 PREVIOUS    = 0.2.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
@@ -48,7 +49,7 @@ endef
 $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
 	$(assemble)
 
-$(UPGRADE): extension/upgrades/$(PREVIOUS)--$(EXTVERSION).sql
+$(UPGRADE): $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql))
 	$(assemble)
 
 $(OBJS): $(wildcard extension/*.h)

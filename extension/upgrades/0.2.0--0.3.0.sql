@@ -1,1 +1,0 @@
--- 0.2.0 -> 0.3.0: changes to objects that 0.2.0 already had.
