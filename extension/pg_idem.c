@@ -20,7 +20,9 @@ _PG_init(void)
 {
 	idem_define_settings();
 	idem_define_message_settings();
+	idem_define_scope_setting();
 	idem_stats_init();
+	idem_wakeup_init();
 	idem_worker_init();
 	MarkGUCPrefixReserved("idem");
 }

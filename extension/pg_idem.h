@@ -103,6 +103,32 @@ extern void idem_count(IdemCounter counter, int64 n);
 	" finished_at = clock_timestamp(), response_status = NULL," \
 	" response_headers = NULL, response_body = NULL, replayable = true"
 
+/*
+ * Waking waiters after a commit (wakeup.c): claim followers wait on their
+ * key's channel, drainers on their queue's.
+ */
+typedef struct IdemWaiter
+{
+	uint32		channel;
+	int			poll_ms;		/* the fallback poll's next sleep */
+} IdemWaiter;
+
+/* Queues with a channel of their own (idem_wake_queue_channel). */
+#define IDEM_WAKE_QUEUE_OUTBOX	1
+
+extern void idem_wakeup_init(void);
+extern bool idem_wake_shared(void);
+extern uint32 idem_wake_channel(const uint8 *digest);
+extern uint32 idem_wake_queue_channel(uint32 queue);
+extern void idem_wake_after_commit(uint32 channel);
+extern void idem_wake_prepare(IdemWaiter *waiter, uint32 channel);
+extern void idem_wake_sleep(IdemWaiter *waiter, TimestampTz until);
+extern void idem_wake_done(IdemWaiter *waiter);
+
+/* Role isolation (scope.c): the scope of the caller's rows. */
+extern void idem_define_scope_setting(void);
+extern text *idem_current_scope(void);
+
 /* Settings (settings.c). */
 extern int	idem_lease_ms;
 extern int	idem_max_lease_ms;
