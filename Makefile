@@ -49,7 +49,9 @@ endef
 $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
 	$(assemble)
 
-$(UPGRADE): $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql))
+# The privileges loop (90_privileges.sql) runs last in every upgrade too:
+# it locks down functions the upgrade created.
+$(UPGRADE): $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/sql/90_privileges.sql
 	$(assemble)
 
 $(OBJS): $(wildcard extension/*.h)

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * claims.c
- *	  Single-flight claims of idempotency keys: claim, begin, lookup,
- *	  renew, finalize, release and fail.
+ *	  Single-flight claims of idempotency keys: claim, begin and lookup,
+ *	  with the follower's wait in the server.
  *
  * The protocol stands on two facts of READ COMMITTED (see SCENARIOS.md):
  * INSERT ... ON CONFLICT DO NOTHING waits for an in-flight inserter of the
@@ -10,9 +10,25 @@
  * its WHERE clause against the newest row version after waiting.  So the
  * claim reads the key, decides, and then writes with a statement whose
  * predicate re-states the decision; if the key changed in between, the
- * write touches nothing and the claim reads again.  Every mutating call
- * after the claim is fenced by the claim_id token and state = 'pending':
- * a stale or forged token changes nothing.
+ * write touches nothing and the claim reads again.  The calls after the
+ * claim (fences.c) are fenced by the claim_id token.
+ *
+ * Keys are scoped (scope.c): a claim reads and writes only its caller's
+ * row of a cache key, or a row written before scopes existed (scope '').
+ *
+ * A key's whole life has two horizons.  For idem.ttl after its claim a
+ * finished key replays its response; after that the response is gone and
+ * a retry is answered "expired" (idem.after_ttl = 'refuse', the default)
+ * or runs again as "recovered_ttl" ('rerun').  The key's fingerprint
+ * stays until idem.tombstone_ttl, when the cleanup deletes the row; a
+ * retry after that is a new key.  A pending key is never reused for
+ * another request, however old: only the same request recovers it.
+ *
+ * A follower may wait in the server (max_wait): while the key is in
+ * progress or cooling down, the claim sleeps on the key's wake-up channel
+ * (wakeup.c), which the winner's finalize, release or fail broadcasts
+ * after it commits, and re-reads with a fresh snapshot; it also wakes when
+ * the lease or the cooldown ends.  It holds no lock while it sleeps.
  *
  * All lease arithmetic uses clock_timestamp(): now() is frozen at the
  * start of the transaction, and a claim that waited on a lock must not be
@@ -24,30 +40,30 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
 PG_FUNCTION_INFO_V1(idem_begin);
 PG_FUNCTION_INFO_V1(idem_lookup);
-PG_FUNCTION_INFO_V1(idem_renew);
-PG_FUNCTION_INFO_V1(idem_finalize);
-PG_FUNCTION_INFO_V1(idem_release);
-PG_FUNCTION_INFO_V1(idem_fail);
 
 /*
  * How often a claim re-reads a key that changed under it before giving up
  * with a retryable error.  Each retry means another session won a race on
- * this very key, so a handful is plenty.
+ * this very key, so a handful is plenty.  Waiting does not count.
  */
 #define CLAIM_MAX_ATTEMPTS 16
+
+/* The polling hint an in-progress answer gives: at most this long. */
+#define IN_PROGRESS_HINT_US (1000 * USECS_PER_MSEC)
 
 /* Columns of the idem_claim_result type. */
 enum
@@ -73,34 +89,53 @@ enum
 	ROW_RESPONSE_STATUS,
 	ROW_RESPONSE_HEADERS,
 	ROW_RESPONSE_BODY,
-	ROW_REPLAYABLE
+	ROW_REPLAYABLE,
+	ROW_SCOPE
 };
 
+/* The caller's row of the key, or else a row from before scopes ($2, ''). */
 static IdemStatement select_key = {
 	"SELECT state, request_hash, lease_expires_at, created_at,"
-	" response_status, response_headers, response_body, replayable"
-	" FROM @extschema@.idem_keys WHERE cache_key = $1",
-	1, {BYTEAOID}
+	" response_status, response_headers, response_body, replayable, scope"
+	" FROM @extschema@.idem_keys"
+	" WHERE cache_key = $1 AND (scope = $2 OR scope = '')"
+	" ORDER BY scope DESC LIMIT 1",
+	2, {BYTEAOID, TEXTOID},
+	"SELECT state, request_hash, lease_expires_at, created_at,"
+	" response_status, response_headers, response_body, replayable, ''::text"
+	" FROM @extschema@.idem_keys WHERE cache_key = $1 AND $2 IS NOT NULL"
 };
 
-/* Parameters of the three claim writes: key, hash, claim_id, lease, in_transaction, sequence, ttl. */
-#define CLAIM_ARGS {BYTEAOID, BYTEAOID, UUIDOID, INTERVALOID, BOOLOID, REGCLASSOID, INTERVALOID}
+/*
+ * Parameters of the three claim writes: key, hash, claim_id, lease,
+ * in_transaction, sequence, ttl, generation base, scope.
+ */
+#define CLAIM_ARGS {BYTEAOID, BYTEAOID, UUIDOID, INTERVALOID, BOOLOID, \
+					REGCLASSOID, INTERVALOID, INT8OID, TEXTOID}
+#define CLAIM_NARGS 9
 
 static IdemStatement insert_claim = {
 	"INSERT INTO @extschema@.idem_keys AS k"
+	" (cache_key, scope, state, request_hash, claim_id, generation,"
+	"  lease_expires_at, created_at, in_transaction)"
+	" VALUES ($1, $9, 'pending', $2, $3, nextval($6) + $8,"
+	"  clock_timestamp() + $4, clock_timestamp(), $5)"
+	" ON CONFLICT (cache_key, scope) DO NOTHING"
+	" RETURNING generation, lease_expires_at",
+	CLAIM_NARGS, CLAIM_ARGS,
+	"INSERT INTO @extschema@.idem_keys AS k"
 	" (cache_key, state, request_hash, claim_id, generation,"
 	"  lease_expires_at, created_at, in_transaction)"
-	" VALUES ($1, 'pending', $2, $3, nextval($6),"
-	"  clock_timestamp() + $4, clock_timestamp(), $5)"
+	" SELECT $1, 'pending', $2, $3, nextval($6) + $8,"
+	"  clock_timestamp() + $4, clock_timestamp(), $5 WHERE $9 IS NOT NULL"
 	" ON CONFLICT (cache_key) DO NOTHING"
-	" RETURNING generation, lease_expires_at",
-	6, CLAIM_ARGS
+	" RETURNING generation, lease_expires_at"
 };
 
 /* The new owner's row, written by both kinds of recovery. */
 #define RECLAIM_SET \
 	"UPDATE @extschema@.idem_keys SET state = 'pending', request_hash = $2," \
-	" claim_id = $3, generation = nextval($6)," \
+	" claim_id = $3, generation = nextval($6) + $8," \
 	" lease_expires_at = clock_timestamp() + $4, created_at = clock_timestamp()," \
 	" finished_at = NULL, response_status = NULL, response_headers = NULL," \
 	" response_body = NULL, replayable = true, in_transaction = $5"
@@ -108,62 +143,45 @@ static IdemStatement insert_claim = {
 /* An abandoned claim or an elapsed cooldown, taken over by the same request. */
 static IdemStatement steal_claim = {
 	RECLAIM_SET
-	" WHERE cache_key = $1 AND state IN ('pending', 'failed')"
+	" WHERE cache_key = $1 AND scope = $9 AND state IN ('pending', 'failed')"
 	" AND lease_expires_at < clock_timestamp()"
 	" AND (request_hash = $2 OR request_hash IS NULL)"
 	" RETURNING generation, lease_expires_at",
-	6, CLAIM_ARGS
-};
-
-/* A finished key past idem.ttl, reused whatever the request. */
-static IdemStatement recover_ttl_claim = {
+	CLAIM_NARGS, CLAIM_ARGS,
 	RECLAIM_SET
-	" WHERE cache_key = $1 AND created_at < clock_timestamp() - $7"
-	" AND (state = 'completed' OR lease_expires_at < clock_timestamp())"
-	" RETURNING generation, lease_expires_at",
-	7, CLAIM_ARGS
-};
-
-static IdemStatement renew_claim = {
-	"UPDATE @extschema@.idem_keys"
-	" SET lease_expires_at = clock_timestamp() + $3"
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'"
-	" RETURNING lease_expires_at",
-	3, {BYTEAOID, UUIDOID, INTERVALOID}
-};
-
-static IdemStatement finalize_claim = {
-	"UPDATE @extschema@.idem_keys"
-	" SET state = 'completed', response_status = $3, response_headers = $4,"
-	" response_body = $5, replayable = $6, finished_at = clock_timestamp(),"
-	" lease_expires_at = NULL"
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
-	6, {BYTEAOID, UUIDOID, INT4OID, JSONBOID, BYTEAOID, BOOLOID}
+	" WHERE cache_key = $1 AND $9 IS NOT NULL AND state IN ('pending', 'failed')"
+	" AND lease_expires_at < clock_timestamp()"
+	" AND (request_hash = $2 OR request_hash IS NULL)"
+	" RETURNING generation, lease_expires_at"
 };
 
 /*
- * A released key keeps its row, as a tombstone: failed, its cooldown over,
- * with neither hash nor owner, so that any request may claim it at once.
- * Deleting the row would lose the key's place in the generation order: an
- * INSERT ... ON CONFLICT draws nextval() before it checks the key, so a
- * claimant that drew its generation before the release and inserted after
- * it would hand out an older generation than the released claim's.  With
- * the row kept, that claimant conflicts, reads the tombstone and takes it
- * over with a freshly drawn generation.
+ * A finished key past idem.ttl, reused whatever the request (after_ttl =
+ * 'rerun').  Never a pending key: a crashed winner's key is only ever
+ * recovered by the same request (steal_claim).
  */
-static IdemStatement release_claim = {
-	IDEM_TOMBSTONE_SET
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
-	2, {BYTEAOID, UUIDOID}
+static IdemStatement recover_ttl_claim = {
+	RECLAIM_SET
+	" WHERE cache_key = $1 AND scope = $9 AND created_at < clock_timestamp() - $7"
+	" AND (state IN ('completed', 'expired')"
+	"      OR (state = 'failed' AND lease_expires_at < clock_timestamp()))"
+	" RETURNING generation, lease_expires_at",
+	CLAIM_NARGS, CLAIM_ARGS,
+	RECLAIM_SET
+	" WHERE cache_key = $1 AND $9 IS NOT NULL AND created_at < clock_timestamp() - $7"
+	" AND (state = 'completed'"
+	"      OR (state = 'failed' AND lease_expires_at < clock_timestamp()))"
+	" RETURNING generation, lease_expires_at"
 };
 
-static IdemStatement fail_claim = {
-	"UPDATE @extschema@.idem_keys"
-	" SET state = 'failed', lease_expires_at = clock_timestamp() + $3,"
-	" finished_at = clock_timestamp()"
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
-	3, {BYTEAOID, UUIDOID, INTERVALOID}
-};
+/* What the row tells a request, before any write. */
+typedef enum Verdict
+{
+	VERDICT_ANSWER,				/* a follower's answer: outcome is set */
+	VERDICT_WAITABLE,			/* in_progress or cooldown: may wait */
+	VERDICT_STEAL,				/* take over with steal_claim */
+	VERDICT_RECOVER_TTL			/* take over with recover_ttl_claim */
+} Verdict;
 
 /* What a claim found, decided, and will answer. */
 typedef struct ClaimAnswer
@@ -172,7 +190,8 @@ typedef struct ClaimAnswer
 	pg_uuid_t  *claim_id;		/* winners only */
 	Datum		generation;
 	Datum		lease_expires_at;
-	bool		has_lease;
+	bool		has_lease;		/* lease_expires_at is set */
+	TimestampTz lease_end;		/* waitable rows: when the lease or cooldown ends */
 	int64		retry_after_us; /* < 0: none */
 	HeapTuple	row;			/* the row a follower's answer comes from */
 	TupleDesc	row_desc;
@@ -208,12 +227,19 @@ generation_sequence(Oid namespace)
 	return sequence;
 }
 
-/* Copy of the single row the last SPI statement returned. */
-static void
-take_row(ClaimAnswer *answer)
+/*
+ * What is added to the sequence's value to make a generation:
+ * (timeline - 1) << 40.  After a promotion the new primary is on a higher
+ * timeline, so its generations are above every one the old primary can
+ * have handed out, even those an asynchronous standby never received.
+ * 2^40 generations per timeline is more than any key space will use.
+ */
+static int64
+generation_base(void)
 {
-	answer->row = SPI_tuptable->vals[0];
-	answer->row_desc = SPI_tuptable->tupdesc;
+	TimeLineID	tli = GetWALInsertionTimeLine();
+
+	return tli > 1 ? ((int64) (tli - 1)) << 40 : 0;
 }
 
 static Datum
@@ -247,52 +273,100 @@ hash_matches(ClaimAnswer *answer, bytea *request_hash)
 			   VARSIZE_ANY_EXHDR(request_hash)) == 0;
 }
 
+/* Was the row released or evicted (a tombstone: no request hash)? */
+static bool
+is_tombstone(ClaimAnswer *answer)
+{
+	bool		isnull;
+
+	(void) row_value(answer, ROW_REQUEST_HASH, &isnull);
+	return isnull;
+}
+
+/* A finished key past idem.ttl: expired, or reused when after_ttl = 'rerun'. */
+static Verdict
+after_ttl(ClaimAnswer *answer)
+{
+	if (idem_after_ttl == IDEM_AFTER_TTL_RERUN)
+	{
+		answer->outcome = "recovered_ttl";
+		return VERDICT_RECOVER_TTL;
+	}
+	answer->outcome = "expired";
+	return VERDICT_ANSWER;
+}
+
 /*
- * What the row says to a request that does not own it, without writing:
- * the follower's part of the decision table.  Returns NULL when the row is
- * claimable (lease or cooldown over, or past idem.ttl); *ttl_passed tells
- * which kind of recovery applies.
+ * The decision table: what the row says to this request, without
+ * writing.  Sets answer->outcome (for a take-over, the winner's outcome).
  */
-static const char *
-follower_outcome(ClaimAnswer *answer, bytea *request_hash, bool *ttl_passed)
+static Verdict
+decide(ClaimAnswer *answer, bytea *request_hash)
 {
 	bool		isnull;
 	char	   *state = TextDatumGetCString(row_value(answer, ROW_STATE, &isnull));
 	TimestampTz created_at = DatumGetTimestampTz(row_value(answer, ROW_CREATED_AT, &isnull));
 	Datum		lease = row_value(answer, ROW_LEASE_EXPIRES_AT, &isnull);
-	bool		live;
-	bool		completed = strcmp(state, "completed") == 0;
+	bool		lease_null = isnull;
+	bool		ttl_passed;
+	bool		same = hash_matches(answer, request_hash);
+	int64		left = lease_null ? 0 : remaining_us(DatumGetTimestampTz(lease));
 
-	/* A completed row stays "live" (replayable) until idem.ttl is over. */
-	live = completed ? true : (!isnull && remaining_us(DatumGetTimestampTz(lease)) > 0);
-	*ttl_passed = GetCurrentTimestamp() - created_at > (int64) idem_ttl_s * USECS_PER_SEC;
+	ttl_passed = GetCurrentTimestamp() - created_at > (int64) idem_ttl_s * USECS_PER_SEC;
 
-	if (*ttl_passed && (completed || !live))
-		return NULL;
-	if (!hash_matches(answer, request_hash))
-		return "mismatch";
-	if (completed)
+	if (strcmp(state, "completed") == 0)
 	{
-		bool		replayable = DatumGetBool(row_value(answer, ROW_REPLAYABLE, &isnull));
-
-		return replayable ? "replay" : "not_replayable";
+		if (ttl_passed)
+			return after_ttl(answer);
+		if (!same)
+			answer->outcome = "mismatch";
+		else
+			answer->outcome = DatumGetBool(row_value(answer, ROW_REPLAYABLE, &isnull)) ?
+				"replay" : "not_replayable";
+		return VERDICT_ANSWER;
 	}
-	if (!live)
-		return NULL;
-	answer->retry_after_us = remaining_us(DatumGetTimestampTz(lease));
-	return strcmp(state, "pending") == 0 ? "in_progress" : "cooldown";
-}
+	if (strcmp(state, "expired") == 0)
+		return after_ttl(answer);
 
-/* Was the row released or evicted (see IDEM_TOMBSTONE_SET)? */
-static bool
-is_tombstone(ClaimAnswer *answer)
-{
-	bool		hash_null;
-	bool		isnull;
-	char	   *state = TextDatumGetCString(row_value(answer, ROW_STATE, &isnull));
+	/* pending or failed: a lease or a cooldown, live or over */
+	if (left > 0)
+	{
+		if (!same)
+		{
+			answer->outcome = "mismatch";
+			return VERDICT_ANSWER;
+		}
+		answer->has_lease = true;
+		answer->lease_expires_at = lease;
+		answer->lease_end = DatumGetTimestampTz(lease);
+		if (strcmp(state, "pending") == 0)
+		{
+			answer->outcome = "in_progress";
+			answer->retry_after_us = Min(left, IN_PROGRESS_HINT_US);
+		}
+		else
+		{
+			answer->outcome = "cooldown";
+			answer->retry_after_us = left;
+		}
+		return VERDICT_WAITABLE;
+	}
 
-	(void) row_value(answer, ROW_REQUEST_HASH, &hash_null);
-	return hash_null && strcmp(state, "failed") == 0;
+	/* Over: a released or evicted key (no hash) is simply claimed. */
+	if (is_tombstone(answer))
+	{
+		answer->outcome = "claimed";
+		return VERDICT_STEAL;
+	}
+	if (same)
+	{
+		answer->outcome = "recovered_abandoned";
+		return VERDICT_STEAL;
+	}
+	if (strcmp(state, "failed") == 0 && ttl_passed)
+		return after_ttl(answer);
+	answer->outcome = "mismatch";
+	return VERDICT_ANSWER;
 }
 
 /* Fill the winner's part of the answer from a claim write's RETURNING row. */
@@ -308,6 +382,7 @@ won(ClaimAnswer *answer, const char *outcome, pg_uuid_t *claim_id)
 	answer->lease_expires_at = SPI_getbinval(SPI_tuptable->vals[0],
 											 SPI_tuptable->tupdesc, 2, &isnull);
 	answer->has_lease = true;
+	answer->retry_after_us = -1;
 	answer->row = NULL;
 }
 
@@ -366,19 +441,46 @@ take_over(IdemStatement *stmt, Oid namespace, Datum *values, const char *nulls)
 	return taken;
 }
 
+/* Read the caller's row of the key into answer; false when there is none. */
+static bool
+read_key(Oid namespace, Datum key, Datum scope, bool read_only, ClaimAnswer *answer)
+{
+	Datum		values[2];
+
+	values[0] = key;
+	values[1] = scope;
+	if (idem_execute(&select_key, namespace, values, NULL, read_only, 1) == 0)
+		return false;
+	answer->row = SPI_tuptable->vals[0];
+	answer->row_desc = SPI_tuptable->tupdesc;
+	return true;
+}
+
+/* Start an answer afresh for another read. */
+static void
+reset_answer(ClaimAnswer *answer)
+{
+	memset(answer, 0, sizeof(*answer));
+	answer->retry_after_us = -1;
+}
+
 /*
  * The claim loop shared by idem_claim and idem_begin: read the key, decide,
  * write with a predicate that re-checks the decision, and read again if a
- * concurrent session changed the key first.
+ * concurrent session changed the key first.  With a wait deadline, an
+ * in-progress or cooling-down key is waited for (see the file header).
  */
 static void
 claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
-		  bool in_transaction, ClaimAnswer *answer)
+		  bool in_transaction, TimestampTz deadline, ClaimAnswer *answer)
 {
 	pg_uuid_t  *claim_id = new_claim_id();
-	Datum		values[7];
-	char		nulls[7];
-	int			attempt;
+	text	   *scope = idem_current_scope();
+	Datum		values[CLAIM_NARGS];
+	char		nulls[CLAIM_NARGS];
+	int			attempts = 0;
+	IdemWaiter	waiter;
+	bool		waiting = false;
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = PointerGetDatum(cache_key);
@@ -388,49 +490,71 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 	values[4] = BoolGetDatum(in_transaction);
 	values[5] = ObjectIdGetDatum(generation_sequence(namespace));
 	values[6] = IntervalPGetDatum(idem_ms_interval((int64) idem_ttl_s * 1000));
+	values[7] = Int64GetDatum(generation_base());
+	values[8] = PointerGetDatum(scope);
 
-	for (attempt = 0; attempt < CLAIM_MAX_ATTEMPTS; attempt++)
+	while (attempts < CLAIM_MAX_ATTEMPTS)
 	{
-		const char *outcome;
-		bool		ttl_passed;
+		Verdict		verdict;
+		bool		isnull;
 
 		CHECK_FOR_INTERRUPTS();
+		reset_answer(answer);
 
-		if (idem_execute(&select_key, namespace, values, nulls, false, 1) == 0)
+		if (!read_key(namespace, values[0], values[8], false, answer))
 		{
+			values[8] = PointerGetDatum(scope);
 			if (idem_execute(&insert_claim, namespace, values, nulls, false, 1) == 1)
 			{
 				won(answer, "claimed", claim_id);
-				return;
+				break;
 			}
+			attempts++;
 			continue;			/* someone inserted it first: read theirs */
 		}
 
-		take_row(answer);
-		outcome = follower_outcome(answer, request_hash, &ttl_passed);
-		if (outcome != NULL)
+		verdict = decide(answer, request_hash);
+		if (verdict == VERDICT_WAITABLE && deadline != 0 &&
+			GetCurrentTimestamp() < deadline)
 		{
-			answer->outcome = outcome;
-			return;
+			if (!waiting)
+			{
+				/* Prepare first, then check again: no broadcast is missed. */
+				idem_wake_prepare(&waiter, idem_wake_channel((const uint8 *) VARDATA_ANY(cache_key)));
+				waiting = true;
+				continue;
+			}
+			SPI_freetuptable(SPI_tuptable);
+			idem_wake_sleep(&waiter, Min(deadline, answer->lease_end + USECS_PER_MSEC));
+			continue;
 		}
+		if (verdict == VERDICT_ANSWER || verdict == VERDICT_WAITABLE)
+			break;
 
-		/* A released or evicted key is simply claimed; others recovered. */
-		outcome = is_tombstone(answer) ? "claimed" :
-			ttl_passed ? "recovered_ttl" : "recovered_abandoned";
-		if (take_over(ttl_passed ? &recover_ttl_claim : &steal_claim, namespace,
-					  values, nulls))
+		/* A take-over, of the row we read (the caller's or a legacy one). */
 		{
-			won(answer, outcome, claim_id);
-			return;
+			const char *outcome = answer->outcome;
+
+			values[8] = row_value(answer, ROW_SCOPE, &isnull);
+			if (take_over(verdict == VERDICT_RECOVER_TTL ? &recover_ttl_claim : &steal_claim,
+						  namespace, values, nulls))
+			{
+				won(answer, outcome, claim_id);
+				break;
+			}
 		}
 		/* The key changed between our read and our write: read it again. */
+		attempts++;
 	}
 
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("could not claim idempotency key: it changed concurrently %d times",
-					CLAIM_MAX_ATTEMPTS),
-			 errhint("The transaction might succeed if retried.")));
+	if (waiting)
+		idem_wake_done(&waiter);
+	if (attempts >= CLAIM_MAX_ATTEMPTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not claim idempotency key: it changed concurrently %d times",
+						CLAIM_MAX_ATTEMPTS),
+				 errhint("The transaction might succeed if retried.")));
 }
 
 /* Count a claim outcome (followers' and winners' alike). */
@@ -450,6 +574,7 @@ count_claim_outcome(const char *outcome)
 		{"in_progress", IDEM_STAT_IN_PROGRESS},
 		{"cooldown", IDEM_STAT_COOLDOWN},
 		{"not_replayable", IDEM_STAT_NOT_REPLAYABLE},
+		{"expired", IDEM_STAT_EXPIRED},
 	};
 	int			i;
 
@@ -480,8 +605,11 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 	{
 		values[RESULT_CLAIM_ID] = UUIDPGetDatum(answer->claim_id);
 		values[RESULT_GENERATION] = answer->generation;
-		values[RESULT_LEASE_EXPIRES_AT] = answer->lease_expires_at;
 		nulls[RESULT_CLAIM_ID] = nulls[RESULT_GENERATION] = false;
+	}
+	if (answer->has_lease)
+	{
+		values[RESULT_LEASE_EXPIRES_AT] = answer->lease_expires_at;
 		nulls[RESULT_LEASE_EXPIRES_AT] = false;
 	}
 	if (answer->retry_after_us >= 0)
@@ -494,14 +622,18 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 	}
 	if (answer->row != NULL &&
 		(strcmp(answer->outcome, "replay") == 0 ||
-		 strcmp(answer->outcome, "not_replayable") == 0))
+		 strcmp(answer->outcome, "not_replayable") == 0 ||
+		 strcmp(answer->outcome, "expired") == 0))
 	{
 		values[RESULT_RESPONSE_STATUS] =
 			row_value(answer, ROW_RESPONSE_STATUS, &nulls[RESULT_RESPONSE_STATUS]);
-		values[RESULT_RESPONSE_HEADERS] =
-			row_value(answer, ROW_RESPONSE_HEADERS, &nulls[RESULT_RESPONSE_HEADERS]);
-		values[RESULT_RESPONSE_BODY] =
-			row_value(answer, ROW_RESPONSE_BODY, &nulls[RESULT_RESPONSE_BODY]);
+		if (strcmp(answer->outcome, "expired") != 0)
+		{
+			values[RESULT_RESPONSE_HEADERS] =
+				row_value(answer, ROW_RESPONSE_HEADERS, &nulls[RESULT_RESPONSE_HEADERS]);
+			values[RESULT_RESPONSE_BODY] =
+				row_value(answer, ROW_RESPONSE_BODY, &nulls[RESULT_RESPONSE_BODY]);
+		}
 	}
 
 	/*
@@ -517,20 +649,52 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 	return result;
 }
 
+/*
+ * The wait deadline of a max_wait argument (0: no wait).  Bounded by the
+ * superuser setting idem.max_wait (clamped to it); waiting needs READ COMMITTED, where
+ * every re-read sees what committed meanwhile.
+ */
+static TimestampTz
+wait_deadline(FunctionCallInfo fcinfo, int argno)
+{
+	int64		usecs;
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return 0;
+	usecs = idem_interval_usecs(PG_GETARG_INTERVAL_P(argno));
+	if (usecs < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_wait must be zero or positive"),
+				 errdetail("The max_wait given is negative.")));
+	/* Clamped, not refused: a follower asking for more waits what is allowed. */
+	usecs = Min(usecs, (int64) idem_max_wait_ms * USECS_PER_MSEC);
+	if (usecs == 0)
+		return 0;
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("max_wait needs a READ COMMITTED transaction"),
+				 errdetail("Under REPEATABLE READ or SERIALIZABLE a waiting claim could never see the winner's commit."),
+				 errhint("Claim outside an explicit transaction, or pass max_wait => NULL.")));
+	return GetCurrentTimestamp() + usecs;
+}
+
 /* Shared body of idem_claim and idem_begin. */
 static Datum
-claim_common(FunctionCallInfo fcinfo, Interval *lease, bool in_transaction)
+claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 {
 	Oid			namespace = idem_function_namespace(fcinfo);
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
+	Interval   *lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
+	TimestampTz deadline = wait_deadline(fcinfo, 3);
 	MemoryContext outer = CurrentMemoryContext;
-	ClaimAnswer answer = {0};
+	ClaimAnswer answer;
 	Datum		result;
 
-	answer.retry_after_us = -1;
 	SPI_connect();
-	claim_key(namespace, cache_key, request_hash, lease, in_transaction, &answer);
+	claim_key(namespace, cache_key, request_hash, lease, in_transaction, deadline, &answer);
 	count_claim_outcome(answer.outcome);
 	result = claim_result(fcinfo, &answer, outer);
 	SPI_finish();
@@ -538,29 +702,27 @@ claim_common(FunctionCallInfo fcinfo, Interval *lease, bool in_transaction)
 }
 
 /*
- * idem_claim(cache_key, request_hash, lease): claim a key in a transaction
- * of its own (lease mode); the caller commits before running its handler.
+ * idem_claim(cache_key, request_hash, lease, max_wait): claim a key in a
+ * transaction of its own (lease mode); the caller commits before running
+ * its handler.  A follower may wait up to max_wait for the winner.
  */
 Datum
 idem_claim(PG_FUNCTION_ARGS)
 {
-	Interval   *lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
-
-	PG_RETURN_DATUM(claim_common(fcinfo, lease, false));
+	PG_RETURN_DATUM(claim_common(fcinfo, false));
 }
 
 /*
- * idem_begin(cache_key, request_hash): claim a key inside the caller's
- * transaction (in-transaction mode).  Duplicates wait on the uncommitted
- * row; the deferred trigger idem_keys_claim_finished refuses to commit the
- * transaction until the claim is finalized, released or failed.
+ * idem_begin(cache_key, request_hash, lease, max_wait): claim a key inside
+ * the caller's transaction (in-transaction mode).  Duplicates wait on the
+ * uncommitted row; the deferred trigger idem_keys_claim_finished refuses
+ * to commit the transaction until the claim is finalized, released or
+ * failed.
  */
 Datum
 idem_begin(PG_FUNCTION_ARGS)
 {
-	Interval   *lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
-
-	PG_RETURN_DATUM(claim_common(fcinfo, lease, true));
+	PG_RETURN_DATUM(claim_common(fcinfo, true));
 }
 
 /*
@@ -573,216 +735,21 @@ idem_lookup(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
+	Datum		scope = PointerGetDatum(idem_current_scope());
 	MemoryContext outer = CurrentMemoryContext;
-	ClaimAnswer answer = {0};
-	Datum		values[1];
+	ClaimAnswer answer;
 	Datum		result;
-	bool		ttl_passed;
 
-	answer.retry_after_us = -1;
-	values[0] = PointerGetDatum(cache_key);
+	reset_answer(&answer);
 	SPI_connect();
-	if (idem_execute(&select_key, namespace, values, NULL, true, 1) == 0)
+	if (!read_key(namespace, PointerGetDatum(cache_key), scope, true, &answer))
 		answer.outcome = "absent";
-	else
+	else if (decide(&answer, request_hash) >= VERDICT_STEAL)
 	{
-		take_row(&answer);
-		answer.outcome = follower_outcome(&answer, request_hash, &ttl_passed);
-		if (answer.outcome == NULL)
-			answer.outcome = "claimable";
+		answer.outcome = "claimable";
+		answer.has_lease = false;
 	}
 	result = claim_result(fcinfo, &answer, outer);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
-}
-
-/* The (cache_key, claim_id) pair every fenced call starts with. */
-static void
-fence_args(FunctionCallInfo fcinfo, Datum *values)
-{
-	values[0] = PointerGetDatum(idem_digest_arg(fcinfo, 0, "cache_key"));
-	idem_require_arg(fcinfo, 1, "claim_id");
-	values[1] = PG_GETARG_DATUM(1);
-}
-
-/* Run one fenced write; the number of rows it changed (0 or 1). */
-static int
-fenced_write(FunctionCallInfo fcinfo, IdemStatement *stmt, Datum *values,
-			 const char *nulls, Datum *returned, bool *returned_null)
-{
-	Oid			namespace = idem_function_namespace(fcinfo);
-	int			n;
-
-	SPI_connect();
-	n = idem_execute(stmt, namespace, values, nulls, false, 1);
-	if (n == 1 && returned != NULL)
-		*returned = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-								  1, returned_null);
-	SPI_finish();
-	return n;
-}
-
-/* Count a fenced write: done by the owner, or refused to a non-owner. */
-static bool
-count_fenced(int rows, IdemCounter done)
-{
-	idem_count(rows == 1 ? done : IDEM_STAT_LEASE_LOST, 1);
-	return rows == 1;
-}
-
-/* idem_renew(cache_key, claim_id, lease): new expiry, NULL if not owned. */
-Datum
-idem_renew(PG_FUNCTION_ARGS)
-{
-	Datum		values[3];
-	Datum		expires = (Datum) 0;
-	bool		isnull = true;
-
-	fence_args(fcinfo, values);
-	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 2, "lease", false,
-													  idem_lease_ms));
-	/* timestamptz is pass-by-value, so it survives SPI_finish. */
-	if (fenced_write(fcinfo, &renew_claim, values, NULL, &expires, &isnull) == 0 || isnull)
-	{
-		idem_count(IDEM_STAT_RENEW_LOST, 1);
-		PG_RETURN_NULL();
-	}
-	idem_count(IDEM_STAT_RENEWED, 1);
-	PG_RETURN_DATUM(expires);
-}
-
-/* Raise IL001: a strict caller's claim was stolen, finished or released. */
-static void
-report_lease_lost(FunctionCallInfo fcinfo, const char *action)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_IDEM_LEASE_LOST),
-			 errmsg("idempotency claim is no longer owned"),
-			 errdetail("Could not %s: key %s is not pending under claim %s.",
-					   action,
-					   DatumGetCString(DirectFunctionCall1(byteaout, PG_GETARG_DATUM(0))),
-					   DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(1)))),
-			 errhint("Roll back: the lease expired and another request now owns the key, or the claim was already finished.")));
-}
-
-/* Headers must be a JSON object of strings: that is what a replay sends. */
-static void
-check_headers(Jsonb *headers)
-{
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken token;
-
-	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("headers must be a JSON object"),
-				 errdetail("Headers are stored as {\"name\": \"value\", ...}.")));
-
-	it = JsonbIteratorInit(&headers->root);
-	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		if (token == WJB_VALUE && v.type != jbvString)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("header values must be JSON strings"),
-					 errhint("Join repeated headers with \", \".")));
-	}
-}
-
-/*
- * idem_finalize(cache_key, claim_id, status, headers, body, strict): store
- * the response of an owned claim.  False when not owned, or IL001 with
- * strict => true so that the caller's transaction, and with it the
- * handler's writes, rolls back.
- */
-Datum
-idem_finalize(PG_FUNCTION_ARGS)
-{
-	Datum		values[6];
-	char		nulls[6];
-	int32		status;
-	bool		strict;
-	bool		replayable = true;
-
-	memset(nulls, ' ', sizeof(nulls));
-	fence_args(fcinfo, values);
-	idem_require_arg(fcinfo, 2, "status");
-	status = PG_GETARG_INT32(2);
-	if (status < 100 || status > 599)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("status must be an HTTP status code between 100 and 599"),
-				 errdetail("The status given is %d.", status)));
-	idem_require_arg(fcinfo, 5, "strict");
-	strict = PG_GETARG_BOOL(5);
-	values[2] = Int32GetDatum(status);
-
-	if (PG_ARGISNULL(3))
-		nulls[3] = 'n';
-	else
-	{
-		check_headers(PG_GETARG_JSONB_P(3));
-		values[3] = PG_GETARG_DATUM(3);
-	}
-
-	if (PG_ARGISNULL(4))
-	{
-		/* No body (204, say) replays as an empty one. */
-		bytea	   *empty = palloc(VARHDRSZ);
-
-		SET_VARSIZE(empty, VARHDRSZ);
-		values[4] = PointerGetDatum(empty);
-	}
-	else
-	{
-		bytea	   *body = PG_GETARG_BYTEA_PP(4);
-
-		values[4] = PointerGetDatum(body);
-		if (VARSIZE_ANY_EXHDR(body) > (Size) idem_max_response_bytes)
-		{
-			/* Too large to replay: remember that it completed, not what. */
-			replayable = false;
-			nulls[4] = 'n';
-		}
-	}
-	values[5] = BoolGetDatum(replayable);
-
-	if (fenced_write(fcinfo, &finalize_claim, values, nulls, NULL, NULL) == 1)
-	{
-		idem_count(IDEM_STAT_FINALIZED, 1);
-		PG_RETURN_BOOL(true);
-	}
-	idem_count(IDEM_STAT_LEASE_LOST, 1);
-	if (strict)
-		report_lease_lost(fcinfo, "finalize");
-	PG_RETURN_BOOL(false);
-}
-
-/* idem_release(cache_key, claim_id): claimable again at once, nothing cached. */
-Datum
-idem_release(PG_FUNCTION_ARGS)
-{
-	Datum		values[2];
-
-	fence_args(fcinfo, values);
-	PG_RETURN_BOOL(count_fenced(fenced_write(fcinfo, &release_claim, values, NULL, NULL, NULL),
-								IDEM_STAT_RELEASED));
-}
-
-/*
- * idem_fail(cache_key, claim_id, cooldown): failed; until the cooldown
- * ends, claims of the same request get cooldown instead of re-running a
- * handler that just failed (this bounds retry amplification).
- */
-Datum
-idem_fail(PG_FUNCTION_ARGS)
-{
-	Datum		values[3];
-
-	fence_args(fcinfo, values);
-	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 2, "cooldown", true,
-													  idem_failure_cooldown_ms));
-	PG_RETURN_BOOL(count_fenced(fenced_write(fcinfo, &fail_claim, values, NULL, NULL, NULL),
-								IDEM_STAT_FAILED));
 }

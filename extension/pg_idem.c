@@ -21,6 +21,7 @@ _PG_init(void)
 	idem_define_settings();
 	idem_define_message_settings();
 	idem_define_scope_setting();
+	idem_define_lifetime_settings();
 	idem_stats_init();
 	idem_wakeup_init();
 	idem_worker_init();

@@ -52,6 +52,7 @@ typedef enum IdemCounter
 	IDEM_STAT_IN_PROGRESS,
 	IDEM_STAT_COOLDOWN,
 	IDEM_STAT_NOT_REPLAYABLE,
+	IDEM_STAT_EXPIRED,
 	/* what owners did with their claims */
 	IDEM_STAT_FINALIZED,
 	IDEM_STAT_RELEASED,
@@ -60,6 +61,7 @@ typedef enum IdemCounter
 	IDEM_STAT_RENEWED,
 	IDEM_STAT_RENEW_LOST,
 	IDEM_STAT_CLEANUP_DELETED,
+	IDEM_STAT_CLEANUP_EXPIRED,
 	IDEM_STAT_EVICTED,
 	/* outbox */
 	IDEM_STAT_OUTBOX_STAGED,
@@ -141,6 +143,20 @@ extern Interval *idem_lease_argument(FunctionCallInfo fcinfo, int argno,
 									 const char *what, bool allow_zero,
 									 int default_ms);
 extern Interval *idem_ms_interval(int64 ms);
+extern int64 idem_interval_usecs(const Interval *span);
+extern char *idem_format_ms(int64 ms);
+
+/* A key's whole life (lifetime.c). */
+typedef enum IdemAfterTtl
+{
+	IDEM_AFTER_TTL_REFUSE,
+	IDEM_AFTER_TTL_RERUN
+} IdemAfterTtl;
+
+extern int	idem_tombstone_ttl_s;
+extern int	idem_after_ttl;
+extern int	idem_max_wait_ms;
+extern void idem_define_lifetime_settings(void);
 
 /* Argument checks shared by every SQL-callable function (settings.c). */
 extern void idem_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
@@ -160,11 +176,14 @@ typedef struct IdemStatement
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[12];
+	const char *unscoped_sql;	/* the text for a 0.2 schema, NULL: the same */
 	SPIPlanPtr	plan;			/* kept plan, or NULL before first use */
 	Oid			namespace;		/* schema the plan was prepared for */
+	bool		unscoped;		/* the plan is unscoped_sql's */
 } IdemStatement;
 
 extern Oid	idem_function_namespace(FunctionCallInfo fcinfo);
+extern bool idem_schema_scoped(Oid namespace);
 extern int	idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
 						 const char *nulls, bool read_only, long count);
 

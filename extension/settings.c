@@ -13,6 +13,7 @@
 #include "pg_idem.h"
 
 #include "common/int.h"
+#include "lib/stringinfo.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -91,8 +92,8 @@ idem_ms_interval(int64 ms)
  * PG_INT64_MIN or PG_INT64_MAX on overflow so that a huge negative
  * interval is still reported as negative.
  */
-static int64
-interval_usecs(const Interval *span)
+int64
+idem_interval_usecs(const Interval *span)
 {
 	int64		days;
 	int64		day_usecs;
@@ -123,7 +124,7 @@ idem_lease_argument(FunctionCallInfo fcinfo, int argno, const char *what,
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		usecs = (int64) default_ms * USECS_PER_MSEC;
 	else
-		usecs = interval_usecs(PG_GETARG_INTERVAL_P(argno));
+		usecs = idem_interval_usecs(PG_GETARG_INTERVAL_P(argno));
 
 	if (usecs < min_usecs)
 		ereport(ERROR,
@@ -173,4 +174,37 @@ idem_digest_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 						   (int) VARSIZE_ANY_EXHDR(digest)),
 				 errhint("Compute it with idem_key() or idem_request_hash().")));
 	return digest;
+}
+
+/*
+ * A duration in milliseconds in the units the documentation uses: "30s",
+ * "1h", "250ms", "1d 12h".
+ */
+char *
+idem_format_ms(int64 ms)
+{
+	static const struct
+	{
+		int64		ms;
+		const char *unit;
+	}			units[] = {
+		{24 * 60 * 60 * 1000, "d"}, {60 * 60 * 1000, "h"}, {60 * 1000, "min"},
+		{1000, "s"}, {1, "ms"},
+	};
+	StringInfoData buf;
+	int			i;
+
+	initStringInfo(&buf);
+	if (ms == 0)
+		appendStringInfoString(&buf, "0");
+	for (i = 0; i < lengthof(units) && ms > 0; i++)
+	{
+		if (ms >= units[i].ms)
+		{
+			appendStringInfo(&buf, "%s" INT64_FORMAT "%s", buf.len > 0 ? " " : "",
+							 ms / units[i].ms, units[i].unit);
+			ms %= units[i].ms;
+		}
+	}
+	return buf.data;
 }

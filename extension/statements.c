@@ -3,6 +3,13 @@
  * statements.c
  *	  Cached SPI plans qualified with the extension's schema.
  *
+ * Between installing a new library and ALTER EXTENSION UPDATE, the new
+ * library runs against the previous version's tables: a statement that
+ * depends on 0.3.0's scope columns carries the text for a 0.2 schema as
+ * well, and the shape of the schema is checked on every execution (two
+ * syscache probes), so that an ALTER EXTENSION UPDATE in the same session
+ * switches to the new text at once.
+ *
  * Every SQL-callable function of pg_idem runs a handful of fixed statements
  * against its own tables.  Preparing them once per backend and keeping the
  * plans (as ri_triggers.c does) keeps the per-call cost near that of the
@@ -57,13 +64,23 @@ qualified_sql(const char *sql, Oid namespace)
 	return buf.data;
 }
 
+/* Does the schema's idem_keys have 0.3.0's scope column? */
+bool
+idem_schema_scoped(Oid namespace)
+{
+	Oid			keys = get_relname_relid("idem_keys", namespace);
+
+	return OidIsValid(keys) && get_attnum(keys, "scope") != InvalidAttrNumber;
+}
+
 /* The statement's kept plan for this schema, prepared on first use. */
 static SPIPlanPtr
 statement_plan(IdemStatement *stmt, Oid namespace)
 {
 	SPIPlanPtr	plan;
+	bool		unscoped = stmt->unscoped_sql != NULL && !idem_schema_scoped(namespace);
 
-	if (stmt->plan != NULL && stmt->namespace == namespace)
+	if (stmt->plan != NULL && stmt->namespace == namespace && stmt->unscoped == unscoped)
 		return stmt->plan;
 
 	/* The extension was re-created elsewhere: forget the old plan. */
@@ -73,8 +90,8 @@ statement_plan(IdemStatement *stmt, Oid namespace)
 		stmt->plan = NULL;
 	}
 
-	plan = SPI_prepare(qualified_sql(stmt->sql, namespace), stmt->nargs,
-					   stmt->argtypes);
+	plan = SPI_prepare(qualified_sql(unscoped ? stmt->unscoped_sql : stmt->sql, namespace),
+					   stmt->nargs, stmt->argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 			 stmt->sql, SPI_result_code_string(SPI_result));
@@ -82,6 +99,7 @@ statement_plan(IdemStatement *stmt, Oid namespace)
 		elog(ERROR, "SPI_keepplan failed");
 	stmt->plan = plan;
 	stmt->namespace = namespace;
+	stmt->unscoped = unscoped;
 	return plan;
 }
 

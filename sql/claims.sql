@@ -270,8 +270,11 @@ SELECT idem_finalize(pg_temp.k('s'), pg_temp.cid('s3'), 200, NULL, 'done') AS s3
 SELECT * FROM pg_temp.row_of('s');
 
 --
--- recovered_ttl: keys older than idem.ttl (aged here by moving created_at back)
+-- recovered_ttl: keys older than idem.ttl (aged here by moving created_at
+-- back), with idem.after_ttl = 'rerun'; the default, 'refuse', is in
+-- sql/lifetime.sql.
 --
+SET idem.after_ttl = 'rerun';
 SELECT outcome FROM pg_temp.claim('t1', 't', 'one');
 SELECT idem_finalize(pg_temp.k('t'), pg_temp.cid('t1'), 200, NULL, 'old') AS finalized;
 UPDATE idem_keys SET created_at = created_at - interval '2 days' WHERE cache_key = pg_temp.k('t');
@@ -301,6 +304,7 @@ UPDATE idem_keys SET lease_expires_at = clock_timestamp() - interval '1 s'
 SELECT * FROM pg_temp.claim('t9', 'tlive', 'two');
 SELECT idem_release(pg_temp.k('tlive'), pg_temp.cid('t9')) AS released;
 DELETE FROM idem_keys WHERE cache_key = pg_temp.k('t');
+RESET idem.after_ttl;
 
 --
 -- Legacy rows written before request hashes were stored (request_hash NULL)
@@ -350,6 +354,9 @@ SELECT count(*) FILTER (WHERE idem_finalize(pg_temp.k(name), claim_id, 200, NULL
 SELECT idem_fail(pg_temp.k('x-cooled'), pg_temp.cid('x6'), '0') AS cooled;
 UPDATE idem_keys SET created_at = created_at - interval '2 days'
  WHERE cache_key IN (SELECT pg_temp.k(name) FROM seen WHERE step IN ('x1','x2','x3','x4','x5','x6','x7','x8'));
+-- One horizon here (idem.tombstone_ttl = 0: rows go at idem.ttl); the
+-- two horizons are in sql/lifetime.sql.
+SET idem.tombstone_ttl = 0;
 -- A ttl longer than their age: nothing to delete.
 SET idem.ttl = '3d';
 SELECT idem_cleanup() AS deleted_with_long_ttl;
@@ -361,6 +368,7 @@ SELECT idem_cleanup(2) AS deleted;
 SELECT s.name, r.state
   FROM seen s LEFT JOIN LATERAL pg_temp.row_of(s.name) r ON true
  WHERE s.step LIKE 'x_' ORDER BY s.step;
+RESET idem.tombstone_ttl;
 
 --
 -- Bad arguments: refused by name with a proper SQLSTATE, before any write

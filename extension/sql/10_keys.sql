@@ -1,5 +1,6 @@
--- State of every idempotency key: one row per key, keyed by a SHA-256
--- digest so that no caller-controlled string ever reaches the index.
+-- State of every idempotency key: one row per key and scope (the role it
+-- belongs to), keyed by a SHA-256 digest so that no caller-controlled
+-- string ever reaches the index.
 --
 -- Only the primary key is indexed: renew and finalize change no indexed
 -- column, so with the fillfactor headroom they are HOT updates.
@@ -17,8 +18,9 @@ CREATE TABLE idem_keys (
     response_body    bytea,
     replayable       boolean     NOT NULL DEFAULT true,
     in_transaction   boolean     NOT NULL DEFAULT false,
-    CONSTRAINT idem_keys_pkey PRIMARY KEY (cache_key),
-    CONSTRAINT idem_keys_state CHECK (state IN ('pending', 'completed', 'failed')),
+    scope            text        COLLATE "C" NOT NULL DEFAULT '',
+    CONSTRAINT idem_keys_pkey PRIMARY KEY (cache_key, scope),
+    CONSTRAINT idem_keys_state CHECK (state IN ('pending', 'completed', 'failed', 'expired')),
     CONSTRAINT idem_keys_cache_key_length CHECK (octet_length(cache_key) = 32),
     CONSTRAINT idem_keys_request_hash_length
         CHECK (request_hash IS NULL OR octet_length(request_hash) = 32),
@@ -39,6 +41,10 @@ COMMENT ON TABLE idem_keys IS
     'pg_idem: one row per idempotency key; written only through the idem_* functions';
 COMMENT ON COLUMN idem_keys.generation IS
     'fencing number: strictly increases with every successful claim or steal of the key';
+COMMENT ON COLUMN idem_keys.scope IS
+    'the role whose key this is (role isolation); empty for keys written before 0.3.0, shared by every role';
+COMMENT ON COLUMN idem_keys.state IS
+    'pending (claimed), completed (response kept), failed (cooldown), expired (past idem.ttl: response dropped, fingerprint kept)';
 COMMENT ON COLUMN idem_keys.in_transaction IS
     'claimed by idem_begin: must be finished before its transaction commits';
 

@@ -16,12 +16,13 @@ COMMENT ON FUNCTION idem_request_hash(bytea) IS
     'request hash: SHA-256 of the request body (same as sha256(body))';
 
 CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea,
-                           lease interval DEFAULT NULL)
+                           lease interval DEFAULT NULL,
+                           max_wait interval DEFAULT NULL)
 RETURNS idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION idem_claim(bytea, bytea, interval) IS
-    'claim a key for one execution, or learn what a follower should do';
+COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval) IS
+    'claim a key for one execution, or learn what a follower should do (waiting up to max_wait for the winner)';
 
 CREATE FUNCTION idem_lookup(cache_key bytea, request_hash bytea)
 RETURNS idem_claim_result
@@ -67,4 +68,4 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_cleanup'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_cleanup(integer) IS
-    'delete at most batch finished keys older than idem.ttl';
+    'drop responses past idem.ttl and delete finished keys past idem.tombstone_ttl, at most batch keys';

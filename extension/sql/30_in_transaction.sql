@@ -2,11 +2,12 @@
 -- commit together, in the caller's transaction.
 
 CREATE FUNCTION idem_begin(cache_key bytea, request_hash bytea,
-                           lease interval DEFAULT NULL)
+                           lease interval DEFAULT NULL,
+                           max_wait interval DEFAULT NULL)
 RETURNS idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_begin'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION idem_begin(bytea, bytea, interval) IS
+COMMENT ON FUNCTION idem_begin(bytea, bytea, interval, interval) IS
     'claim a key inside the caller''s transaction; it must be finished before COMMIT';
 
 CREATE FUNCTION idem_keys_claim_finished()

@@ -28,7 +28,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = IdemTest::new_node('storm', "idem.ttl = '1s'");
+# 0.2.0's single horizon: keys past idem.ttl are re-claimed and deleted.
+my $node = IdemTest::new_node('storm', "idem.ttl = '1s'", "idem.after_ttl = 'rerun'",
+	'idem.tombstone_ttl = 0');
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION amcheck;

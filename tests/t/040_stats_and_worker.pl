@@ -15,6 +15,7 @@ $node->append_conf(
 shared_preload_libraries = 'pg_idem'
 idem.cleanup_interval = '1d'
 idem.ttl = '1s'
+idem.tombstone_ttl = 0
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_idem');
