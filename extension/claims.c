@@ -522,10 +522,12 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 				/* Prepare first, then check again: no broadcast is missed. */
 				idem_wake_prepare(&waiter, idem_wake_channel((const uint8 *) VARDATA_ANY(cache_key)));
 				waiting = true;
+				idem_count(IDEM_STAT_FOLLOWER_WAITS, 1);
 				continue;
 			}
 			SPI_freetuptable(SPI_tuptable);
-			idem_wake_sleep(&waiter, Min(deadline, answer->lease_end + USECS_PER_MSEC));
+			if (idem_wake_sleep(&waiter, Min(deadline, answer->lease_end + USECS_PER_MSEC)))
+				idem_count(IDEM_STAT_FOLLOWER_WAKEUPS, 1);
 			continue;
 		}
 		if (verdict == VERDICT_ANSWER || verdict == VERDICT_WAITABLE)

@@ -53,6 +53,8 @@ typedef enum IdemCounter
 	IDEM_STAT_COOLDOWN,
 	IDEM_STAT_NOT_REPLAYABLE,
 	IDEM_STAT_EXPIRED,
+	IDEM_STAT_FOLLOWER_WAITS,	/* claims that waited in the server */
+	IDEM_STAT_FOLLOWER_WAKEUPS, /* of their sleeps, those a commit ended */
 	/* what owners did with their claims */
 	IDEM_STAT_FINALIZED,
 	IDEM_STAT_RELEASED,
@@ -124,7 +126,7 @@ extern uint32 idem_wake_channel(const uint8 *digest);
 extern uint32 idem_wake_queue_channel(uint32 queue);
 extern void idem_wake_after_commit(uint32 channel);
 extern void idem_wake_prepare(IdemWaiter *waiter, uint32 channel);
-extern void idem_wake_sleep(IdemWaiter *waiter, TimestampTz until);
+extern bool idem_wake_sleep(IdemWaiter *waiter, TimestampTz until);
 extern void idem_wake_done(IdemWaiter *waiter);
 
 /* Role isolation (scope.c): the scope of the caller's rows. */

@@ -42,6 +42,8 @@ static const char *const counter_names[IDEM_STAT_NCOUNTERS] = {
 	"cooldown",
 	"not_replayable",
 	"expired",
+	"follower_waits",
+	"follower_wakeups",
 	"finalized",
 	"released",
 	"failed",

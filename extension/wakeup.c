@@ -23,12 +23,23 @@
  * Without shared_preload_libraries there is no shared memory: a waiter
  * polls on its latch instead, 1 ms doubling to IDEM_WAKE_POLL_MAX_MS.
  *
+ * A sleeper holds no snapshot back: its own re-reads take fresh
+ * snapshots, and when the statement around the call reads no table (the
+ * usual SELECT * FROM idem_claim(...), outside a transaction block) the
+ * statement's snapshot is no longer needed either, so the backend's xmin
+ * is cleared while it sleeps (as SnapshotResetXmin would at the end of
+ * the statement) and VACUUM is not held back by a hundred waiters.
+ *
  *-------------------------------------------------------------------------
  */
 #include "pg_idem.h"
 
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "nodes/plannodes.h"
+#include "storage/proc.h"
+#include "tcop/pquery.h"
+#include "utils/snapmgr.h"
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -193,12 +204,51 @@ idem_wake_prepare(IdemWaiter *waiter, uint32 channel)
 }
 
 /*
- * Sleep until channel is broadcast, until is reached, or a bounded time
- * passes; the caller checks again either way.  Interrupts (cancel,
- * statement_timeout, terminate) are served inside; postmaster death ends
- * the process.
+ * May the statement's snapshot stop holding back the xmin horizon while
+ * we sleep?  Only when nothing will read with it again: a single SELECT
+ * outside a transaction block whose range table has no relation (no
+ * cursor, no other portal of the transaction, no table read after our
+ * call returns).
  */
-void
+static bool
+statement_reads_nothing(void)
+{
+	PlannedStmt *stmt;
+	ListCell   *lc;
+
+	if (IsTransactionBlock() || ActivePortal == NULL ||
+		list_length(ActivePortal->stmts) != 1)
+		return false;
+	stmt = linitial_node(PlannedStmt, ActivePortal->stmts);
+	if (stmt->commandType != CMD_SELECT || stmt->utilityStmt != NULL)
+		return false;
+	foreach(lc, stmt->rtable)
+	{
+		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
+
+		if (rte->rtekind == RTE_RELATION)
+			return false;
+	}
+	return true;
+}
+
+/* Clear this backend's xmin for a sleep when nothing needs it (see above). */
+static void
+release_xmin(void)
+{
+	InvalidateCatalogSnapshot();
+	if (statement_reads_nothing())
+		MyProc->xmin = InvalidTransactionId;
+}
+
+/*
+ * Sleep until channel is broadcast, until is reached, or a bounded time
+ * passes; the caller checks again either way.  True when a broadcast (or
+ * the fallback poll) ended the sleep, false on a timeout.  Interrupts
+ * (cancel, statement_timeout, terminate) are served inside; postmaster
+ * death ends the process.
+ */
+bool
 idem_wake_sleep(IdemWaiter *waiter, TimestampTz until)
 {
 	TimestampTz now = GetCurrentTimestamp();
@@ -207,19 +257,18 @@ idem_wake_sleep(IdemWaiter *waiter, TimestampTz until)
 	CHECK_FOR_INTERRUPTS();
 	ms = until > now ? (long) ((until - now + 999) / 1000) : 0;
 	if (ms <= 0)
-		return;
+		return false;
+	release_xmin();
 	if (wake_shared != NULL)
-	{
-		(void) ConditionVariableTimedSleep(&wake_shared->cv[waiter->channel % IDEM_WAKE_PARTITIONS],
-										   Min(ms, IDEM_WAKE_MAX_SLEEP_MS),
-										   PG_WAIT_EXTENSION);
-		return;
-	}
+		return !ConditionVariableTimedSleep(&wake_shared->cv[waiter->channel % IDEM_WAKE_PARTITIONS],
+											Min(ms, IDEM_WAKE_MAX_SLEEP_MS),
+											PG_WAIT_EXTENSION);
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 Min(ms, waiter->poll_ms), PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	waiter->poll_ms = Min(waiter->poll_ms * 2, IDEM_WAKE_POLL_MAX_MS);
 	CHECK_FOR_INTERRUPTS();
+	return false;
 }
 
 /* Stop waiting (also safe when idem_wake_prepare was not called). */
