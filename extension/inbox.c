@@ -22,46 +22,24 @@
  * attempt, so a failure has to be recorded by a transaction that commits
  * on its own.  Three writers do it, all with the same statement (a plain
  * INSERT ... ON CONFLICT DO UPDATE of error_count, so a recording whose
- * transaction aborts counts nothing):
+ * transaction aborts counts nothing): idem_inbox_fail (after the rollback,
+ * or after ROLLBACK TO a savepoint taken after begin); the consumer's own
+ * backend for an attempt that aborted and was never recorded (at exit, or
+ * at DISCARD ALL); and begin itself, which refuses to run a message whose
+ * error_count has reached max_attempts and marks it dead.  Until then the
+ * attempt holds a session-level lock on its message, so that concurrent
+ * deliveries never start from a count that misses it: inbox_attempts.c
+ * keeps that registry and the paths that could lose an attempt.
  *
- *	 1. idem_inbox_fail in a fresh transaction after the rollback (or in
- *		the same transaction after ROLLBACK TO a savepoint taken after
- *		begin, which also keeps the row locked until the failure is
- *		recorded, so no concurrent delivery can slip in between);
- *	 2. the consumer's own backend when it exits with an attempt that
- *		aborted and was never handed to idem_inbox_fail: the client died,
- *		its connection dropped, or it was pg_terminate_backend'ed.  Each
- *		backend remembers the attempts it began; an abort turns them into
- *		"orphans", and a before_shmem_exit callback records every orphan
- *		in a transaction of its own, guarded by the error_count the
- *		attempt started from, so an attempt recorded elsewhere is not
- *		counted twice;
- *	 3. begin itself, which refuses to run a message whose error_count
- *		has reached max_attempts and marks it dead.
- *
- * A session-level advisory lock on the message (the first 8 bytes of its
- * key, pg_advisory_lock(bigint) space) closes the gap between a rollback
- * and the recording of its failure: begin takes it before looking at the
- * row and keeps it while the attempt runs; a commit releases it, while an
- * abort keeps it until idem_inbox_fail has recorded the failure (or the
- * backend exits: before_shmem_exit callbacks run before a backend's locks
- * are released).  So a concurrent delivery never starts from a count that
- * misses an attempt, and concurrent failing deliveries cannot run a
- * message past its cap.  The price: a consumer must record its failures
- * (idem_inbox_fail) or end its session, and session-level locks do not
- * mix with transaction-mode connection pooling.
- *
- * The one case left uncounted is a crash of the server itself (immediate
- * shutdown, a backend killed by signal 9, power loss) during an attempt:
- * nothing of that attempt was committed anywhere, so the message runs one
- * more time after the restart.
+ * Messages are scoped per role like keys (scope.c): a consumer sees only
+ * its role's messages, plus those from before 0.3.0 (scope '').
  *
  * Reaching the cap marks the message dead and stages a dead-letter event
  * (topic idem.inbox.dead) in the outbox, in the same transaction.
  *
  *-------------------------------------------------------------------------
  */
-#include "messages.h"
+#include "inbox.h"
 
 #include "access/tableam.h"
 #include "access/xact.h"
@@ -93,47 +71,21 @@ PG_FUNCTION_INFO_V1(idem_inbox_message_done);
 /* How often begin re-reads a message that changed under it. */
 #define BEGIN_MAX_ROUNDS		16
 
-/* last_error of an attempt recorded when its session ended. */
-#define SESSION_ENDED_ERROR		"consumer session ended during the attempt"
-
 /* Domain tag of the inbox key, distinct from idem_key's. */
 static const char inbox_domain[] = "pg_idem inbox v1";
 
-/*
- * An attempt this backend began: open while its transaction runs, an
- * orphan once that transaction aborted without handing it to
- * idem_inbox_fail.  Kept in TopMemoryContext.
- */
-typedef struct InboxAttempt
-{
-	uint8		key[IDEM_DIGEST_LEN];
-	Oid			namespace;
-	char	   *consumer;
-	char	   *message_id;
-	uint8		payload_hash[IDEM_DIGEST_LEN];
-	int32		max_attempts;
-	int32		seen_errors;	/* error_count when the attempt began */
-	TimestampTz started_at;
-	SubTransactionId subid;		/* open attempts: the subtransaction of begin */
-	Oid			owner;			/* the user begin ran as (its definer) */
-	bool		open;
-} InboxAttempt;
-
-static List *attempts = NIL;
-static bool callbacks_registered = false;
-
 /* Parameters of the failure recording (see record_failure). */
 #define RECORD_ARGS {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID, \
-					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID}
+					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID}
 
 static IdemStatement insert_message = {
 	"INSERT INTO @extschema@.idem_inbox"
 	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
-	"  received_at, attempt_started_at)"
-	" VALUES ($1, $2, $3, $4, 'processing', $5, clock_timestamp(), clock_timestamp())"
-	" ON CONFLICT (inbox_key) DO NOTHING"
+	"  received_at, attempt_started_at, scope)"
+	" VALUES ($1, $2, $3, $4, 'processing', $5, clock_timestamp(), clock_timestamp(), $6)"
+	" ON CONFLICT (inbox_key, scope) DO NOTHING"
 	" RETURNING error_count",
-	5, {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID}
+	6, {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID}
 };
 
 /* Take a failed message over; the predicate re-states begin's decision. */
@@ -141,16 +93,17 @@ static IdemStatement start_attempt = {
 	"UPDATE @extschema@.idem_inbox"
 	" SET state = 'processing', attempt_started_at = clock_timestamp(),"
 	"  max_attempts = $3, payload_hash = coalesce(payload_hash, $2)"
-	" WHERE inbox_key = $1 AND state = 'failed'"
+	" WHERE inbox_key = $1 AND scope = $4 AND state = 'failed'"
 	"  AND (payload_hash IS NULL OR payload_hash = $2) AND error_count < $3"
 	" RETURNING error_count",
-	3, {BYTEAOID, BYTEAOID, INT4OID}
+	4, {BYTEAOID, BYTEAOID, INT4OID, TEXTOID}
 };
 
 static IdemStatement read_message = {
-	"SELECT state, payload_hash, error_count"
-	" FROM @extschema@.idem_inbox WHERE inbox_key = $1",
-	1, {BYTEAOID}
+	"SELECT state, payload_hash, error_count, scope"
+	" FROM @extschema@.idem_inbox WHERE inbox_key = $1 AND (scope = $2 OR scope = '')"
+	" ORDER BY scope DESC LIMIT 1",
+	2, {BYTEAOID, TEXTOID}
 };
 
 /*
@@ -161,24 +114,25 @@ static IdemStatement dead_at_begin = {
 	"UPDATE @extschema@.idem_inbox"
 	" SET state = 'dead', dead_at = clock_timestamp(), retry_at = NULL,"
 	"  max_attempts = $3"
-	" WHERE inbox_key = $1 AND state = 'failed' AND error_count >= $3"
+	" WHERE inbox_key = $1 AND scope = $4 AND state = 'failed' AND error_count >= $3"
 	"  AND $2 IS NOT NULL"
 	" RETURNING consumer, message_id, error_count, last_error",
-	3, {BYTEAOID, BYTEAOID, INT4OID}
+	4, {BYTEAOID, BYTEAOID, INT4OID, TEXTOID}
 };
 
 static IdemStatement mark_done = {
 	"UPDATE @extschema@.idem_inbox"
 	" SET state = 'done', processed_at = clock_timestamp(), retry_at = NULL"
-	" WHERE inbox_key = $1 AND state = 'processing'",
-	1, {BYTEAOID}
+	" WHERE inbox_key = $1 AND scope = $2 AND state = 'processing'",
+	2, {BYTEAOID, TEXTOID}
 };
 
 /*
  * Record one failed attempt: $1 key, $2 consumer, $3 message_id, $4
  * payload hash and $5 max_attempts (both NULL when unknown), $6 error, $7
  * when the attempt started, $8 the error_count the attempt began from (a
- * guard, NULL for none), $9/$10 the backoff base and cap.  One
+ * guard, NULL for none), $9/$10 the backoff base and cap, $11 the
+ * message's scope.  One
  * clock_timestamp() for failed_at and retry_at, so retry_at - failed_at
  * is the delay exactly.
  */
@@ -187,13 +141,13 @@ static IdemStatement record_failure = {
 	" INSERT INTO @extschema@.idem_inbox AS m"
 	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
 	"  error_count, last_error, received_at, attempt_started_at, failed_at,"
-	"  retry_at, dead_at)"
+	"  retry_at, dead_at, scope)"
 	" SELECT $1, $2, $3, $4,"
 	"  CASE WHEN 1 >= $5 THEN 'dead' ELSE 'failed' END, $5, 1, $6, now.t, $7, now.t,"
 	"  CASE WHEN 1 >= $5 THEN NULL ELSE now.t + least($9, $10) END,"
-	"  CASE WHEN 1 >= $5 THEN now.t END"
+	"  CASE WHEN 1 >= $5 THEN now.t END, $11"
 	" FROM now"
-	" ON CONFLICT (inbox_key) DO UPDATE SET"
+	" ON CONFLICT (inbox_key, scope) DO UPDATE SET"
 	"  error_count = m.error_count + 1,"
 	"  last_error = excluded.last_error,"
 	"  attempt_started_at = coalesce(excluded.attempt_started_at, m.attempt_started_at),"
@@ -208,7 +162,7 @@ static IdemStatement record_failure = {
 	" WHERE m.state IN ('failed', 'processing')"
 	"  AND ($8::integer IS NULL OR m.error_count = $8)"
 	" RETURNING m.state, m.error_count, m.retry_at - m.failed_at, m.last_error",
-	10, RECORD_ARGS
+	11, RECORD_ARGS
 };
 
 static IdemStatement revive_message = {
@@ -224,11 +178,12 @@ static IdemStatement revive_message = {
 
 static IdemStatement prune_messages = {
 	"WITH batch AS MATERIALIZED ("
-	"  SELECT inbox_key FROM @extschema@.idem_inbox"
+	"  SELECT inbox_key, scope FROM @extschema@.idem_inbox"
 	"   WHERE " PRUNABLE("")
 	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	" DELETE FROM @extschema@.idem_inbox m USING batch"
-	"  WHERE m.inbox_key = batch.inbox_key AND " PRUNABLE("m."),
+	"  WHERE m.inbox_key = batch.inbox_key AND m.scope = batch.scope"
+	"    AND " PRUNABLE("m."),
 	2, {INT4OID, INTERVALOID}
 };
 
@@ -259,219 +214,6 @@ message_key(FunctionCallInfo fcinfo, text **consumer, text **message_id)
 	return idem_tuple_digest(inbox_domain, fields, 2);
 }
 
-/* A 32-byte bytea built from a remembered digest. */
-static bytea *
-digest_datum(const uint8 *digest)
-{
-	bytea	   *result = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
-
-	SET_VARSIZE(result, VARHDRSZ + IDEM_DIGEST_LEN);
-	memcpy(VARDATA(result), digest, IDEM_DIGEST_LEN);
-	return result;
-}
-
-/* The advisory lock key of a message: the first 8 bytes of its digest. */
-static int64
-message_lock_id(const uint8 *digest)
-{
-	int64		id;
-
-	memcpy(&id, digest, sizeof(id));
-	return id;
-}
-
-/* Take the message's session-level lock, waiting for its current attempt. */
-static void
-lock_message(const uint8 *digest)
-{
-	DirectFunctionCall1(pg_advisory_lock_int8,
-						Int64GetDatum(message_lock_id(digest)));
-}
-
-/* Release the message's session-level lock. */
-static void
-unlock_message(const uint8 *digest)
-{
-	DirectFunctionCall1(pg_advisory_unlock_int8,
-						Int64GetDatum(message_lock_id(digest)));
-}
-
-/* The attempt this backend remembers for key (open or orphan), or NULL. */
-static InboxAttempt *
-find_attempt(const bytea *key, bool open)
-{
-	ListCell   *lc;
-
-	foreach(lc, attempts)
-	{
-		InboxAttempt *a = (InboxAttempt *) lfirst(lc);
-
-		if (a->open == open &&
-			memcmp(a->key, VARDATA_ANY(key), IDEM_DIGEST_LEN) == 0)
-			return a;
-	}
-	return NULL;
-}
-
-/* Forget an attempt (accounted for, or committed) and release its lock. */
-static void
-forget_attempt(InboxAttempt *a)
-{
-	unlock_message(a->key);
-	attempts = list_delete_ptr(attempts, a);
-	pfree(a->consumer);
-	pfree(a->message_id);
-	pfree(a);
-}
-
-/* Transaction end: a commit finishes the open attempts, an abort orphans them. */
-static void
-inbox_xact_callback(XactEvent event, void *arg)
-{
-	ListCell   *lc;
-
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PREPARE:
-			foreach(lc, attempts)
-			{
-				InboxAttempt *a = (InboxAttempt *) lfirst(lc);
-
-				if (a->open)
-				{
-					unlock_message(a->key);
-					attempts = foreach_delete_current(attempts, lc);
-					pfree(a->consumer);
-					pfree(a->message_id);
-					pfree(a);
-				}
-			}
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			foreach(lc, attempts)
-				((InboxAttempt *) lfirst(lc))->open = false;
-			break;
-		default:
-			break;
-	}
-}
-
-/* Subtransaction end: rolled back to before begin orphans the attempt. */
-static void
-inbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
-{
-	ListCell   *lc;
-
-	foreach(lc, attempts)
-	{
-		InboxAttempt *a = (InboxAttempt *) lfirst(lc);
-
-		if (!a->open || a->subid != mySubid)
-			continue;
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-			a->open = false;
-		else if (event == SUBXACT_EVENT_COMMIT_SUB)
-			a->subid = parentSubid;
-	}
-}
-
-/* Forward declaration: the exit callback records failures too. */
-static const char *record_attempt_failure(Oid namespace, bytea *key, Datum consumer,
-										  Datum message_id, InboxAttempt *known,
-										  Datum error, bool guarded,
-										  int32 *error_count, Datum *retry_after);
-
-/*
- * Backend exit: record every orphaned attempt, each in a transaction of
- * its own, as RemoveTempRelationsCallback runs its cleanup.  An error
- * raised here is promoted to FATAL (proc_exit is running): it is logged
- * and the remaining orphans stay uncounted.
- */
-static void
-inbox_at_exit(int code, Datum arg)
-{
-	if (attempts == NIL)
-		return;
-	AbortOutOfAnyTransaction();		/* turns open attempts into orphans */
-
-	while (attempts != NIL)
-	{
-		InboxAttempt *a = (InboxAttempt *) linitial(attempts);
-		int32		error_count;
-		Datum		retry_after;
-		Oid			save_userid;
-		int			save_sec_context;
-		int			save_nestlevel;
-
-		StartTransactionCommand();
-
-		/*
-		 * Record it as idem_inbox_begin ran: as its owner (SECURITY DEFINER;
-		 * the session's role may not write idem_inbox) and with its pinned
-		 * search_path, as fmgr_security_definer would.
-		 */
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(a->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-		save_nestlevel = NewGUCNestLevel();
-		(void) set_config_option("search_path", "pg_catalog, pg_temp",
-								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-								 true, 0, false);
-
-		PushActiveSnapshot(GetTransactionSnapshot());
-		SPI_connect();
-		record_attempt_failure(a->namespace, digest_datum(a->key),
-							   CStringGetTextDatum(a->consumer),
-							   CStringGetTextDatum(a->message_id), a,
-							   CStringGetTextDatum(SESSION_ENDED_ERROR),
-							   true, &error_count, &retry_after);
-		SPI_finish();
-		PopActiveSnapshot();
-		AtEOXact_GUC(true, save_nestlevel);
-		SetUserIdAndSecContext(save_userid, save_sec_context);
-		CommitTransactionCommand();
-		forget_attempt(a);
-	}
-}
-
-/* Register the transaction and exit callbacks once per backend. */
-static void
-register_callbacks(void)
-{
-	if (callbacks_registered)
-		return;
-	RegisterXactCallback(inbox_xact_callback, NULL);
-	RegisterSubXactCallback(inbox_subxact_callback, NULL);
-	before_shmem_exit(inbox_at_exit, (Datum) 0);
-	callbacks_registered = true;
-}
-
-/* Remember an attempt begun in the current (sub)transaction. */
-static void
-remember_attempt(Oid namespace, bytea *key, text *consumer, text *message_id,
-				 bytea *payload_hash, int32 max_attempts, int32 seen_errors)
-{
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	InboxAttempt *a = palloc0(sizeof(InboxAttempt));
-
-	memcpy(a->key, VARDATA_ANY(key), IDEM_DIGEST_LEN);
-	a->namespace = namespace;
-	a->consumer = text_to_cstring(consumer);
-	a->message_id = text_to_cstring(message_id);
-	memcpy(a->payload_hash, VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN);
-	a->max_attempts = max_attempts;
-	a->seen_errors = seen_errors;
-	a->started_at = GetCurrentTimestamp();
-	a->subid = GetCurrentSubTransactionId();
-	a->owner = GetUserId();
-	a->open = true;
-	attempts = lappend(attempts, a);
-	MemoryContextSwitchTo(old);
-}
-
 /*
  * Mark a message dead and stage its dead-letter event; from the RETURNING
  * row (consumer, message_id, error_count, last_error) of the statement
@@ -493,20 +235,22 @@ dead_letter(Oid namespace, HeapTuple row, TupleDesc desc, int first_column)
 }
 
 /*
- * Record one failed attempt (fail, or the exit callback with guarded =
- * true).  Returns "retry", "dead", "duplicate" (done meanwhile) or NULL
- * (guarded and already recorded elsewhere).  Caller is in SPI.
+ * Record one failed attempt (fail, or an orphan with guarded = true).
+ * Returns "retry", "dead", "duplicate" (done meanwhile) or NULL (guarded
+ * and already recorded elsewhere).  Caller is in SPI.
  */
-static const char *
-record_attempt_failure(Oid namespace, bytea *key, Datum consumer, Datum message_id,
-					   InboxAttempt *known, Datum error, bool guarded,
-					   int32 *error_count, Datum *retry_after)
+const char *
+idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer,
+						  Datum message_id, InboxAttempt *known, Datum error,
+						  bool guarded, int32 *error_count, Datum *retry_after)
 {
-	Datum		values[10];
-	char		nulls[10];
+	Datum		values[11];
+	char		nulls[11];
 	HeapTuple	row;
 	TupleDesc	desc;
 	bool		isnull;
+	bool		error_null;
+	Datum		last_error;
 	char	   *state;
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -516,9 +260,10 @@ record_attempt_failure(Oid namespace, bytea *key, Datum consumer, Datum message_
 	values[5] = error;
 	values[8] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_base_ms));
 	values[9] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_max_ms));
+	values[10] = scope;
 	if (known != NULL)
 	{
-		values[3] = PointerGetDatum(digest_datum(known->payload_hash));
+		values[3] = PointerGetDatum(idem_inbox_digest_datum(known->payload_hash));
 		values[4] = Int32GetDatum(known->max_attempts);
 		values[6] = TimestampTzGetDatum(known->started_at);
 		values[7] = Int32GetDatum(known->seen_errors);
@@ -530,10 +275,14 @@ record_attempt_failure(Oid namespace, bytea *key, Datum consumer, Datum message_
 
 	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
 	{
+		Datum		read[2];
+
 		/* Not failed nor processing: done or dead by now, or gone. */
 		if (guarded)
 			return NULL;
-		if (idem_execute(&read_message, namespace, values, NULL, false, 1) == 0)
+		read[0] = PointerGetDatum(key);
+		read[1] = scope;
+		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
 			elog(ERROR, "inbox message vanished while its failure was recorded");
 		row = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
@@ -549,12 +298,11 @@ record_attempt_failure(Oid namespace, bytea *key, Datum consumer, Datum message_
 	*error_count = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
 	if (strcmp(state, "dead") == 0)
 	{
-		bool		error_null;
-
+		/* Read before the call: its arguments' order is unspecified. */
+		last_error = SPI_getbinval(row, desc, 4, &error_null);
 		*retry_after = (Datum) 0;
 		idem_outbox_stage_dead_letter(namespace, consumer, message_id, *error_count,
-									  SPI_getbinval(row, desc, 4, &error_null),
-									  error_null);
+									  last_error, error_null);
 		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
 		return "dead";
 	}
@@ -578,16 +326,47 @@ same_payload(HeapTuple row, TupleDesc desc, int column, bytea *payload_hash)
 		memcmp(VARDATA_ANY(hash), VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN) == 0;
 }
 
+/* Refuse to work on a 0.2 schema: ALTER EXTENSION UPDATE comes first. */
+static void
+require_scoped_schema(Oid namespace)
+{
+	if (!idem_schema_scoped(namespace))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_idem's inbox needs ALTER EXTENSION pg_idem UPDATE"),
+				 errdetail("The library is version 0.3.0; the installed extension's tables are older."),
+				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
+}
+
+/*
+ * The scope of a message's row: the caller's, or '' when the message was
+ * delivered before 0.3.0 (such rows are shared by every role).
+ */
+static Datum
+message_scope(Oid namespace, bytea *key, text *scope)
+{
+	Datum		read[2];
+	bool		isnull;
+
+	read[0] = PointerGetDatum(key);
+	read[1] = PointerGetDatum(scope);
+	if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
+		return PointerGetDatum(scope);
+	return datumCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull),
+					 false, -1);
+}
+
 /*
  * The decision of begin: write to take the message, and if that touched
  * nothing, read why.  Loops when the message changed in between.
  */
 static const char *
-begin_message(Oid namespace, bytea *key, text *consumer, text *message_id,
+begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *message_id,
 			  bytea *payload_hash, int32 max_attempts, int32 *seen_errors)
 {
-	Datum		values[5];
-	Datum		take[3];
+	Datum		values[6];
+	Datum		take[4];
+	Datum		read[2];
 	int			round;
 
 	values[0] = PointerGetDatum(key);
@@ -595,9 +374,13 @@ begin_message(Oid namespace, bytea *key, text *consumer, text *message_id,
 	values[2] = PointerGetDatum(message_id);
 	values[3] = PointerGetDatum(payload_hash);
 	values[4] = Int32GetDatum(max_attempts);
+	values[5] = scope;
 	take[0] = PointerGetDatum(key);
 	take[1] = PointerGetDatum(payload_hash);
 	take[2] = Int32GetDatum(max_attempts);
+	take[3] = scope;
+	read[0] = PointerGetDatum(key);
+	read[1] = scope;
 
 	for (round = 0; round < BEGIN_MAX_ROUNDS; round++)
 	{
@@ -623,7 +406,7 @@ begin_message(Oid namespace, bytea *key, text *consumer, text *message_id,
 			return "process";
 		}
 
-		if (idem_execute(&read_message, namespace, values, NULL, false, 1) == 0)
+		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
 			continue;			/* pruned, or its first delivery rolled back */
 		row = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
@@ -671,6 +454,8 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
 	bytea	   *payload_hash = idem_digest_arg(fcinfo, 2, "payload_hash");
+	text	   *caller_scope = idem_current_scope();
+	Datum		scope;
 	int32		max_attempts;
 	int32		seen_errors = 0;
 	const char *outcome;
@@ -682,43 +467,48 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_attempts must be between 1 and %d", INBOX_MAX_ATTEMPTS),
 				 errdetail("The max_attempts given is %d.", max_attempts)));
+	require_scoped_schema(namespace);
 
-	if (find_attempt(key, true) != NULL)
+	if (idem_inbox_find_attempt(key, true) != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("inbox message is already being processed in this transaction")));
-	if (find_attempt(key, false) != NULL)
+	if (idem_inbox_find_attempt(key, false) != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the previous attempt at this inbox message was not accounted for"),
-				 errdetail("An attempt begun in this session rolled back without idem_inbox_fail."),
-				 errhint("Call idem_inbox_fail for the failed attempt before beginning the message again.")));
+				 errdetail("An attempt begun in this session rolled back without idem_inbox_fail, or its recorded failure is not committed yet."),
+				 errhint("Call idem_inbox_fail for the failed attempt and commit before beginning the message again.")));
 
-	register_callbacks();
-	lock_message((const uint8 *) VARDATA_ANY(key));
+	idem_inbox_register_callbacks();
+	idem_inbox_lock((const uint8 *) VARDATA_ANY(key));
 	PG_TRY();
 	{
 		SPI_connect();
-		outcome = begin_message(namespace, key, consumer, message_id, payload_hash,
+		scope = message_scope(namespace, key, caller_scope);
+		outcome = begin_message(namespace, key, scope, consumer, message_id, payload_hash,
 								max_attempts, &seen_errors);
+		if (strcmp(outcome, "process") == 0)
+		{
+			/* The attempt keeps the lock; it is released once accounted for. */
+			idem_inbox_remember(namespace, key, DatumGetTextPP(scope), consumer, message_id,
+								payload_hash, max_attempts, seen_errors);
+		}
 		SPI_finish();
 	}
 	PG_CATCH();
 	{
-		unlock_message((const uint8 *) VARDATA_ANY(key));
+		idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
 	if (strcmp(outcome, "process") == 0)
 	{
-		/* The attempt keeps the lock; it is released once accounted for. */
-		remember_attempt(namespace, key, consumer, message_id, payload_hash,
-						 max_attempts, seen_errors);
 		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
 		PG_RETURN_TEXT_P(cstring_to_text(outcome));
 	}
-	unlock_message((const uint8 *) VARDATA_ANY(key));
+	idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
 	if (strcmp(outcome, "duplicate") == 0)
 		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
 	else if (strcmp(outcome, "dead") == 0)
@@ -739,16 +529,18 @@ idem_inbox_done(PG_FUNCTION_ARGS)
 	text	   *consumer;
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
-	Datum		values[1];
+	InboxAttempt *attempt = idem_inbox_find_attempt(key, true);
+	Datum		values[2];
 	int			n;
 
-	if (find_attempt(key, true) == NULL)
+	if (attempt == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("inbox message was not begun in this transaction"),
 				 errhint("Call idem_inbox_done in the transaction whose idem_inbox_begin answered process.")));
 
 	values[0] = PointerGetDatum(key);
+	values[1] = CStringGetTextDatum(attempt->scope);
 	SPI_connect();
 	n = idem_execute(&mark_done, namespace, values, NULL, false, 1);
 	SPI_finish();
@@ -766,7 +558,10 @@ idem_inbox_done(PG_FUNCTION_ARGS)
  * after its transaction rolled back (or after ROLLBACK TO a savepoint
  * taken after begin).  retry with the delay before the next attempt, or
  * dead at the cap (with its dead-letter event staged); duplicate if the
- * message was processed by another delivery meanwhile.
+ * message was processed by another delivery meanwhile.  The attempt stays
+ * this session's (and keeps the message locked) until this transaction
+ * commits: if it aborts, or the connection drops first, the attempt is an
+ * orphan again and is still counted.
  */
 Datum
 idem_inbox_fail(PG_FUNCTION_ARGS)
@@ -777,47 +572,40 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
 	InboxAttempt *known;
-	InboxAttempt copy;
-	bool		have_known = false;
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, false, true};
 	const char *outcome;
 	int32		error_count = 0;
 	Datum		retry_after = (Datum) 0;
+	Datum		scope;
 	HeapTuple	tuple;
 
 	idem_require_arg(fcinfo, 2, "error");
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	require_scoped_schema(namespace);
 
-	/*
-	 * What this backend knows of the attempt: open (savepoint protocol) or
-	 * orphaned.  Once the failure is recorded the caller owns the
-	 * accounting: if this transaction aborts, the attempt is not counted.
-	 */
-	known = find_attempt(key, true);
+	/* What this backend knows of the attempt: open (savepoint protocol) or orphaned. */
+	known = idem_inbox_find_attempt(key, true);
 	if (known == NULL)
-		known = find_attempt(key, false);
-	if (known != NULL)
-	{
-		copy = *known;
-		have_known = true;
-	}
+		known = idem_inbox_find_attempt(key, false);
+	if (known != NULL && known->recorded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the failure of this inbox attempt is already recorded"),
+				 errdetail("idem_inbox_fail was called for it earlier in this transaction."),
+				 errhint("Commit the transaction.")));
 
 	SPI_connect();
-	outcome = record_attempt_failure(namespace, key, PointerGetDatum(consumer),
-									 PointerGetDatum(message_id),
-									 have_known ? &copy : NULL,
-									 PG_GETARG_DATUM(2), false,
-									 &error_count, &retry_after);
-
-	/*
-	 * Recorded (not yet committed): release the message.  A delivery that
-	 * waited for it now waits on the row until this transaction ends.
-	 */
+	scope = known != NULL ? CStringGetTextDatum(known->scope) :
+		message_scope(namespace, key, idem_current_scope());
+	outcome = idem_inbox_record_failure(namespace, key, scope, PointerGetDatum(consumer),
+										PointerGetDatum(message_id), known,
+										PG_GETARG_DATUM(2), false,
+										&error_count, &retry_after);
 	if (known != NULL)
-		forget_attempt(known);
+		idem_inbox_mark_recorded(known);
 	if (retry_after != (Datum) 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(outer);

@@ -6,7 +6,7 @@
  *-------------------------------------------------------------------------
  */
 #include "pg_idem.h"
-#include "messages.h"
+#include "inbox.h"
 
 #include "utils/guc.h"
 
@@ -24,6 +24,7 @@ _PG_init(void)
 	idem_define_lifetime_settings();
 	idem_stats_init();
 	idem_wakeup_init();
+	idem_inbox_init_hooks();
 	idem_worker_init();
 	MarkGUCPrefixReserved("idem");
 }

@@ -15,7 +15,8 @@ CREATE TABLE idem_inbox (
     retry_at           timestamptz,
     processed_at       timestamptz,
     dead_at            timestamptz,
-    CONSTRAINT idem_inbox_pkey PRIMARY KEY (inbox_key),
+    scope              text        COLLATE "C" NOT NULL DEFAULT '',
+    CONSTRAINT idem_inbox_pkey PRIMARY KEY (inbox_key, scope),
     CONSTRAINT idem_inbox_state
         CHECK (state IN ('processing', 'failed', 'done', 'dead')),
     CONSTRAINT idem_inbox_key_length CHECK (octet_length(inbox_key) = 32),
@@ -36,6 +37,8 @@ COMMENT ON COLUMN idem_inbox.state IS
     'processing exists only inside the consumer''s transaction; committed rows are failed, done or dead';
 COMMENT ON COLUMN idem_inbox.error_count IS
     'failed attempts: recorded by idem_inbox_fail, or by the consumer''s backend when its session ended mid-attempt';
+COMMENT ON COLUMN idem_inbox.scope IS
+    'the role whose message this is (role isolation); empty for messages delivered before 0.3.0, shared by every role';
 COMMENT ON COLUMN idem_inbox.payload_hash IS
     'SHA-256 of the payload; NULL on legacy rows, which dedup any payload';
 

@@ -173,7 +173,11 @@ is( $killed->query_safe(q{
 		  FROM before_crash WHERE label = 'killed'}),
 	't', 'killed: finalize done, transaction still open');
 
+my $log_offset = -s $node->logfile;
 kill 'KILL', $killed_pid;
+# Wait for the postmaster to notice and reinitialize before polling: a
+# connection made in between would still reach the old server.
+$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset);
 $node->poll_query_until('postgres', 'SELECT true')
   or die 'server did not come back after SIGKILL of a backend';
 $killed->quit;

@@ -143,9 +143,14 @@ $f = follower('cancel', '60 s', 'cancel');
 my $pid = q1(q{SELECT pid FROM pg_stat_activity WHERE query LIKE '%cancel:%'
                 AND pid <> pg_backend_pid()});
 is(q1("SELECT pg_cancel_backend($pid)"), 't', 'cancel: waiter cancelled');
-my ($rc, $out, $err) = (0, '', '');
-eval { $out = $f->query("SELECT 'after'"); };
-$f->quit;
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid AND state = 'active'"),
+	'cancel: the waiter stopped waiting');
+{
+	# psql stops at the error (ON_ERROR_STOP): writing to it may raise SIGPIPE.
+	local $SIG{PIPE} = 'IGNORE';
+	eval { $f->quit; };
+}
 is(q1("SELECT count(*) FROM pg_locks WHERE pid = $pid AND locktype <> 'virtualxid'"),
 	'0', 'cancel: the cancelled waiter holds no lock');
 is(q1(q{SELECT state || generation FROM idem_keys WHERE cache_key = k('cancel')}),
