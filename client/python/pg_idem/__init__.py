@@ -12,12 +12,12 @@ from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Resp
                    is_never_stored, problem, problems)
 from .key import InvalidKey, KeyStatus, cache_key, check_key, check_key_header, request_hash
 from ._engine import ClaimContext, Request, RunResult
-from .runner import Runner, SimplePool
+from .runner import RetryRequest, Runner, SimplePool
 
 __version__ = "0.3.0"
 
 __all__ = [
-    "Config", "ConfigError", "IETF", "SEED", "Runner", "SimplePool", "Request", "Response",
+    "Config", "ConfigError", "RetryRequest", "IETF", "SEED", "Runner", "SimplePool", "Request", "Response",
     "RunResult", "ClaimContext", "classify", "FINALIZE", "RELEASE", "FAIL", "REPLAY_HEADER",
     "HeaderAllowlist", "is_never_stored", "problem", "problems", "KeyStatus", "InvalidKey",
     "cache_key", "check_key", "check_key_header", "request_hash",

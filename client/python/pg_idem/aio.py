@@ -9,6 +9,7 @@ from psycopg import pq
 
 from . import _engine as e
 from .config import Config
+from .runner import RetryRequest
 
 
 class AsyncSimplePool:
@@ -168,15 +169,76 @@ class AsyncRunner:
             return await op.keeper.stop()
         raise AssertionError(op)
 
-    async def _drive(self, gen):
-        value, error = None, None
+    async def _advance(self, gen, value=None, error=None, stop_at_handler=False):
         while True:
             try:
                 op = gen.throw(error) if error is not None else gen.send(value)
             except StopIteration as stop:
-                return stop.value
+                return "done", stop.value
+            if stop_at_handler and isinstance(op, e.CallHandler):
+                return "handler", op
             value, error = None, None
             try:
                 value = await self._do(op)
             except Exception as exc:
                 error = exc
+
+    async def _drive(self, gen):
+        return (await self._advance(gen))[1]
+
+    def claim(self, request, mode="lease", isolation=None):
+        """`async with runner.claim(req, mode=...) as c:` — as pg_idem.Runner.claim."""
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+        if mode == "lease":
+            return _AsyncClaimScope(self, self.engine.run(request, None))
+        if mode == "fenced":
+            return _AsyncClaimScope(self, self.engine.run_fenced(request, None, isolation))
+        return _AsyncClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+
+
+class _AsyncClaimScope:
+    """Drives the protocol up to the handler, lets the async with block be it, then finishes."""
+
+    def __init__(self, runner, gen):
+        self._runner, self._gen = runner, gen
+        self.answer = self.result = self.claim = self.conn = None
+        self._response = None
+        self._open = False
+
+    def respond(self, response):
+        self._response = response
+
+    async def __aenter__(self):
+        kind, value = await self._runner._advance(self._gen, stop_at_handler=True)
+        if kind == "done":
+            self.result, self.answer = value, value.response
+            return self
+        self._open = True
+        if len(value.args) == 1:
+            self.claim = value.args[0]
+        else:
+            self.conn, self.claim = value.args
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        if not self._open:
+            return False
+        if exc is not None:
+            kind, v = "error", exc
+        elif self._response is None:
+            kind, v = "error", TypeError("the async with block of AsyncRunner.claim did not call respond()")
+        else:
+            kind, v = "value", self._response
+        while True:
+            try:
+                out = await self._runner._advance(self._gen, value=v if kind == "value" else None,
+                                                  error=v if kind == "error" else None, stop_at_handler=True)
+            except BaseException as raised:
+                if raised is exc:
+                    return False
+                raise
+            if out[0] == "done":
+                self.result = out[1]
+                return False
+            kind, v = "error", RetryRequest("the request must run again (retry it with the same key)")

@@ -198,15 +198,99 @@ class Runner:
             return op.keeper.stop()
         raise AssertionError(op)
 
-    def _drive(self, gen):
-        value, error = None, None
+    def _advance(self, gen, value=None, error=None, stop_at_handler=False):
+        """Runs the protocol's I/O until it ends ("done", result) or, with
+        stop_at_handler, until it asks for the handler ("handler", op)."""
         while True:
             try:
                 op = gen.throw(error) if error is not None else gen.send(value)
             except StopIteration as stop:
-                return stop.value
+                return "done", stop.value
+            if stop_at_handler and isinstance(op, e.CallHandler):
+                return "handler", op
             value, error = None, None
             try:
                 value = self._do(op)
             except Exception as exc:  # handed to the protocol, which decides
                 error = exc
+
+    def _drive(self, gen):
+        return self._advance(gen)[1]
+
+    def claim(self, request, mode="lease", isolation=None):
+        """Context manager form of the three modes: the with block is the handler.
+
+            with runner.claim(req, mode="fenced") as c:
+                if c.answer is None:          # we won: run, then respond
+                    c.conn.execute(...)       # fenced / in_transaction: the transaction
+                    c.respond(Response(201, [], b"paid"))
+            send(c.result.response)
+
+        c.answer is the response to send when the block must not run (a
+        replay, a problem); c.result is the RunResult after the block. An
+        exception in the block puts the key in cooldown and propagates. The
+        block runs at most once: where run_fenced / run_in_transaction would
+        run the handler again (a 40001 retry, a claim won again after a
+        steal), RetryRequest is raised instead."""
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+        if mode == "lease":
+            return _ClaimScope(self, self.engine.run(request, None))
+        if mode == "fenced":
+            return _ClaimScope(self, self.engine.run_fenced(request, None, isolation))
+        return _ClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+
+
+class RetryRequest(RuntimeError):
+    """The with block of Runner.claim would have to run a second time."""
+
+
+class _ClaimScope:
+    """Drives the protocol up to the handler, lets the with block be it, then finishes."""
+
+    def __init__(self, runner, gen):
+        self._runner, self._gen = runner, gen
+        self.answer = self.result = self.claim = self.conn = None
+        self._response = None
+        self._open = False
+
+    def respond(self, response):
+        self._response = response
+
+    def _enter(self, state):
+        kind, value = state
+        if kind == "done":
+            self.result, self.answer = value, value.response
+            return self
+        self._open = True
+        if len(value.args) == 1:
+            self.claim = value.args[0]
+        else:
+            self.conn, self.claim = value.args
+        return self
+
+    def __enter__(self):
+        return self._enter(self._runner._advance(self._gen, stop_at_handler=True))
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._open:
+            return False
+        if exc is not None:
+            state = ("error", exc)
+        elif self._response is None:
+            state = ("error", TypeError("the with block of Runner.claim did not call respond()"))
+        else:
+            state = ("value", self._response)
+        while True:
+            kind, v = state
+            try:
+                out = self._runner._advance(self._gen, value=v if kind == "value" else None,
+                                            error=v if kind == "error" else None, stop_at_handler=True)
+            except BaseException as raised:
+                if raised is exc:
+                    return False  # the block's own exception: let it go on
+                raise
+            if out[0] == "done":
+                self.result = out[1]
+                return False
+            state = ("error", RetryRequest("the request must run again (retry it with the same key)"))

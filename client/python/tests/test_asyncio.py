@@ -63,3 +63,18 @@ def test_async_handler_error_propagates(dsn):
             await r.run(req(k), boom)
         return await r.run(req(k), boom)
     assert asyncio.run(main()).response.status == 503
+
+
+def test_async_context_manager(dsn):
+    async def main():
+        r = AsyncRunner(dsn)
+        k = str(uuid.uuid4())
+        async with r.claim(req(k), mode="in_transaction") as c:
+            assert c.answer is None
+            await c.conn.execute("INSERT INTO effects VALUES (%s, %s, 'awith')", (k, c.claim.generation))
+            c.respond(Response(201, [], b"awith"))
+        async with r.claim(req(k), mode="in_transaction") as again:
+            assert again.answer is not None
+        return c.result, again.result
+    first, again = asyncio.run(main())
+    assert first.outcome == "won_completed" and again.replayed and again.response.body == b"awith"

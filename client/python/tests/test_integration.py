@@ -321,3 +321,35 @@ def test_works_with_a_psycopg_pool_in_transaction_mode_connections(dsn):
         assert r.run_fenced(req(k), None).replayed  # the handler is not called
         with pool.connection() as conn:
             assert conn.autocommit is False
+
+
+def test_context_manager_modes(runner, db):
+    k = key()
+    with runner.claim(req(k), mode="fenced") as c:
+        assert c.answer is None and c.claim.generation > 0
+        c.conn.execute("INSERT INTO effects VALUES (%s, %s, 'with')", (k, c.claim.generation))
+        c.respond(Response(201, [], b"with"))
+    assert c.result.outcome == "won_completed" and c.result.response.body == b"with"
+    with runner.claim(req(k), mode="fenced") as again:
+        assert again.answer is not None  # the block must not run
+    assert again.result.replayed and again.answer.body == b"with"
+    assert db.execute("SELECT count(*) FROM effects WHERE k = %s", (k,)).fetchone()[0] == 1
+
+    k2 = key()
+    with runner.claim(req(k2)) as lease:
+        assert lease.conn is None and lease.claim.guarded
+        lease.respond(Response(200, [], b"lease"))
+    assert lease.result.outcome == "won_completed"
+    assert runner.run(req(k2), ok()).replayed
+
+    k3 = key()
+    with pytest.raises(ZeroDivisionError):
+        with runner.claim(req(k3), mode="in_transaction") as t:
+            t.conn.execute("INSERT INTO effects VALUES (%s, %s, 'boom')", (k3, t.claim.generation))
+            1 / 0
+    assert db.execute("SELECT count(*) FROM effects WHERE k = %s", (k3,)).fetchone()[0] == 0
+    assert runner.run(req(k3), ok()).response.status == 503  # cooldown
+
+    with pytest.raises(TypeError):
+        with runner.claim(req(key())):
+            pass  # no respond()
