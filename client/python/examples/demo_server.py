@@ -189,7 +189,7 @@ def make_handler(svc):
 
         def do_POST(self):
             if self.path.split("?", 1)[0] != "/payments":
-                body = self._body()
+                self._body()  # drain it: the connection is kept alive
                 return self._send(problem(404, "not found", "No such route."))
 
             def route():

@@ -76,7 +76,7 @@ def test_asgi_repeated_key_fields_get_400(dsn):
 
 
 def test_asgi_fenced_mode_hands_the_transaction_to_the_app(dsn):
-    starlette = pytest.importorskip("starlette")
+    pytest.importorskip("starlette")
     from starlette.applications import Starlette
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
