@@ -343,13 +343,25 @@ class Runner {
     return resp.body.length > this.config.maxCacheableResponseBytes || (cap !== undefined && resp.body.length > cap);
   }
 
-  async acquire(c) {
-    try {
-      return await this.pool.connect();
-    } catch (e) {
-      if (c) this.unavailable(c, e);
-      throw e;
-    }
+  // A client from the pool with an 'error' listener while we hold it: a
+  // backend that dies while its client is checked out and idle (the claim's
+  // client while the handler runs) emits 'error', which would otherwise be
+  // an uncaught exception.
+  async checkout() {
+    const client = await this.pool.connect();
+    const onError = () => { client.idemBroken = true; };
+    client.on('error', onError);
+    client.idemOnError = onError;
+    return client;
+  }
+
+  // Gives the client back; a broken one is destroyed, not reused.
+  giveBack(client) {
+    client.removeListener('error', client.idemOnError);
+    const broken = client.idemBroken;
+    delete client.idemOnError;
+    delete client.idemBroken;
+    client.release(broken ? true : undefined);
   }
 
   // ---- lease mode ------------------------------------------------------------
@@ -367,14 +379,15 @@ class Runner {
     }
     let client;
     try {
-      client = await this.pool.connect();
+      client = await this.checkout();
     } catch (e) {
       return this.unavailable(c, e);
     }
     try {
       return await this.loop(c, client, (row) => this.winLease(c, client, row, handler));
     } finally {
-      client.release();
+      if (c.broken) client.idemBroken = true;
+      this.giveBack(client);
     }
   }
 
@@ -398,20 +411,53 @@ class Runner {
       await this.giveUp(c, client, row.claimId, action);
       c.res.outcome = action === FAIL ? 'failed' : 'won_completed';
     } else {
+      const params = this.finalizeParams(c, row.claimId, resp, false);
       try {
-        const r = await this.q(client, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, false));
+        const r = await this.q(client, this.sql.finalize, params);
         if (!r || !r.ok) {
           c.res.leaseStolen = true;
           c.res.outcome = 'won_completed';
         } else c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
       } catch (e) {
         c.res.error = e;
-        await this.giveUp(c, client, row.claimId, RELEASE);
-        c.res.outcome = 'failed';
+        c.broken = true; // the claim's client goes back to be destroyed, not reused
+        await this.settleFinalize(c, row, resp, params);
       }
     }
     c.res.response = resp;
     return this.finish(c, c.res.outcome);
+  }
+
+  // The finalize failed (a lost connection, a killed backend, ...): did it
+  // commit? On a fresh client, renewing waits for a commit in flight and
+  // says whether the claim is still ours (then nothing was stored: store it
+  // now); otherwise the stored row tells. Never runs the handler again.
+  async settleFinalize(c, row, resp, params) {
+    let probe;
+    try {
+      probe = await this.checkout();
+      const renewed = await this.q(probe, this.sql.renew,
+        [lockTimeoutText(this.config.followerWaitBudget), c.ck, row.claimId, msText(this.config.lease)]);
+      if (renewed && renewed.ok) {
+        const r = await this.q(probe, this.sql.finalize, params);
+        if (r && r.ok) {
+          c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+          return;
+        }
+      }
+      const seen = await this.lookup(c, probe);
+      if (['replay', 'not_replayable'].includes(seen.outcome) && (seen.generation === 0n || seen.generation === row.generation)) {
+        c.res.outcome = seen.outcome === 'replay' ? 'won_completed' : 'completed_uncacheable';
+      } else {
+        c.res.leaseStolen = true;
+        c.res.outcome = 'won_completed';
+      }
+    } catch (e) {
+      c.res.outcomeUnknown = true;
+      c.res.outcome = 'failed';
+    } finally {
+      if (probe) this.giveBack(probe);
+    }
   }
 
   // ---- transactions ----------------------------------------------------------
@@ -437,7 +483,7 @@ class Runner {
     const res = result();
     res.handlerRan = true;
     for (let attempt = 1; ; attempt++) {
-      const tx = await this.pool.connect();
+      const tx = await this.checkout();
       try {
         await this.begin(tx, isolation);
         const resp = asResponse(await handler(tx, new ClaimContext()));
@@ -450,7 +496,7 @@ class Runner {
         if (['40001', '40P01'].includes(sqlstate(e)) && attempt < this.config.transactionAttempts) continue;
         throw e;
       } finally {
-        tx.release();
+        this.giveBack(tx);
       }
     }
   }
@@ -465,14 +511,14 @@ class Runner {
     if (!c) return this.unguardedTx(handler, isolation);
     let client;
     try {
-      client = await this.pool.connect();
+      client = await this.checkout();
     } catch (e) {
       return this.unavailable(c, e);
     }
     try {
       return await this.loop(c, client, (row) => this.winFenced(c, client, row, handler, isolation));
     } finally {
-      client.release();
+      this.giveBack(client);
     }
   }
 
@@ -488,7 +534,7 @@ class Runner {
     for (let attempt = 1; attempt <= this.config.transactionAttempts; attempt++) {
       let tx;
       try {
-        tx = await this.pool.connect();
+        tx = await this.checkout();
       } catch (e) {
         err = e;
         break;
@@ -525,7 +571,7 @@ class Runner {
         action = FAIL;
         break;
       } finally {
-        tx.release();
+        this.giveBack(tx);
       }
     }
     await keeper.stop();
@@ -551,14 +597,14 @@ class Runner {
     if (!c) return this.unguardedTx(handler, isolation);
     let client;
     try {
-      client = await this.pool.connect();
+      client = await this.checkout();
     } catch (e) {
       return this.unavailable(c, e);
     }
     try {
       return await this.inTxLoop(c, client, handler, isolation);
     } finally {
-      client.release();
+      this.giveBack(client);
     }
   }
 

@@ -26,6 +26,7 @@ test.describe('against the server', { skip }, () => {
   test.before(async () => {
     options = await createDatabase(DB);
     pool = new pg.Pool({ ...options, max: 40 });
+    pool.on('error', () => {}); // idle clients whose backend was terminated (DROP DATABASE ... WITH (FORCE))
     db = new pg.Client(options);
     await db.connect();
   });
@@ -250,6 +251,7 @@ test.describe('against the server', { skip }, () => {
 
   test('no session state is left behind', async () => {
     const one = new pg.Pool({ ...options, max: 1 });
+    one.on('error', () => {}); // idle clients whose backend was terminated (DROP DATABASE ... WITH (FORCE))
     const r = new Runner(one, { maxCacheableResponseBytes: 4 });
     await r.run(req(key()), ok('xxxxxxxx'));
     await r.runInTransaction(req(key()), async () => ({ status: 201, body: 'x' }));
@@ -261,6 +263,35 @@ test.describe('against the server', { skip }, () => {
     } finally {
       c.release();
       await one.end();
+    }
+  });
+});
+
+test.describe('a killed claim connection', { skip }, () => {
+  test('scenario 22: the backend holding the claim dies before the finalize; the result is still stored once', async () => {
+    const options = await createDatabase(`${DB}_kill`);
+    const victims = new pg.Pool({ ...options, application_name: 'idem_victim', max: 4 });
+    victims.on('error', () => {}); // idle clients whose backend was terminated (DROP DATABASE ... WITH (FORCE))
+    const admin = new pg.Client(options);
+    await admin.connect();
+    try {
+      const k = key();
+      const res = await new Runner(victims).run(req(k), async () => {
+        await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'idem_victim' "
+          + 'AND datname = current_database()');
+        await sleep(50);
+        return { status: 201, body: 'survived' };
+      });
+      assert.equal(res.outcome, 'won_completed');
+      assert.equal(res.response.body.toString(), 'survived');
+      assert.ok(!res.outcomeUnknown && !res.leaseStolen);
+      const again = await new Runner(victims).run(req(k), ok());
+      assert.ok(again.replayed);
+      assert.equal(again.response.body.toString(), 'survived');
+    } finally {
+      await admin.end();
+      await victims.end();
+      await dropDatabase(`${DB}_kill`);
     }
   });
 });

@@ -32,6 +32,7 @@ test.describe('behind pgbouncer (transaction pooling)', { skip }, () => {
   test.before(async () => {
     const options = await createDatabase(DB);
     direct = new pg.Pool(options);
+    direct.on('error', () => {}); // idle clients whose backend was terminated (DROP DATABASE ... WITH (FORCE))
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg_idem.bouncer.'));
     const port = await freePort();
     fs.writeFileSync(path.join(dir, 'pgbouncer.ini'), `[databases]
@@ -50,6 +51,7 @@ pidfile = ${dir}/pgbouncer.pid
     const binary = fs.existsSync('/usr/sbin/pgbouncer') ? '/usr/sbin/pgbouncer' : 'pgbouncer';
     proc = spawn(binary, [path.join(dir, 'pgbouncer.ini')], { stdio: 'ignore' });
     bouncer = new pg.Pool({ host: '127.0.0.1', port, database: DB, user: options.user || 'postgres', max: 20 });
+    bouncer.on('error', () => {}); // idle clients whose backend was terminated (DROP DATABASE ... WITH (FORCE))
     for (let i = 0; ; i++) {
       try {
         await (await bouncer.connect()).release();

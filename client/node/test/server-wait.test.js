@@ -59,6 +59,7 @@ test.describe('server-side follower wait', { skip }, () => {
 
   test.before(async () => {
     pool = new pg.Pool({ ...(await createDatabase(DB)), max: 20 });
+    pool.on('error', () => {}); // idle clients whose backend was terminated (DROP DATABASE ... WITH (FORCE))
     await pool.query('CREATE TABLE server_waits (n int)');
     const has4 = Number((await pool.query("SELECT count(*) AS n FROM pg_proc WHERE proname IN ('idem_claim', 'idem_begin') "
       + 'AND pronargs = 4')).rows[0].n);

@@ -353,3 +353,20 @@ def test_context_manager_modes(runner, db):
     with pytest.raises(TypeError):
         with runner.claim(req(key())):
             pass  # no respond()
+
+
+def test_claim_connection_killed_before_the_finalize(dsn, db):
+    # Scenario 22: the backend holding the claim dies; the runner reconnects,
+    # reads the key (still its claim, nothing stored) and stores its result.
+    pool = SimplePool(dsn + " application_name=idem_victim", max_idle=0)
+    r = Runner(pool)
+    k = key()
+
+    def handler(claim):
+        db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                   "WHERE application_name = 'idem_victim' AND datname = current_database()")
+        return Response(201, [], b"survived")
+    res = r.run(req(k), handler)
+    assert res.outcome == "won_completed" and res.response.body == b"survived" and not res.outcome_unknown
+    again = Runner(dsn).run(req(k), ok())
+    assert again.replayed and again.response.body == b"survived"
