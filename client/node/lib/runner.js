@@ -651,6 +651,13 @@ class Runner {
           c.res.handlerRan = true;
           resp = asResponse(await handler(client, ctx));
         } catch (e) {
+          if (['40001', '40P01'].includes(sqlstate(e)) && attempts + 1 < this.config.transactionAttempts) {
+            attempts++;
+            await this.rollbackQuietly(client); // everything rolled back, the claim too: run it again
+            doClaim = true;
+            wait = false;
+            continue;
+          }
           // The handler threw: keep a cooldown, drop its writes.
           try {
             await client.query('ROLLBACK TO SAVEPOINT idem_handler');

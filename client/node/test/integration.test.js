@@ -228,6 +228,21 @@ test.describe('against the server', { skip }, () => {
     assert.ok(!again.handlerRan);
   });
 
+  test('in-transaction: a database error in the handler keeps a cooldown, not the writes', async () => {
+    const r = new Runner(pool, { failureCooldown: 5000 });
+    const k = key();
+    const h = async (tx, claim) => {
+      await tx.query("INSERT INTO effects VALUES ($1, $2, 'dup')", [k, claim.generation.toString()]);
+      await tx.query('SELECT 1/0');
+      return { status: 201 };
+    };
+    await assert.rejects(r.runInTransaction(req(k), h), (e) => e.code === '22012');
+    assert.equal(await count(k), 0);
+    const again = await r.runInTransaction(req(k), h);
+    assert.equal(again.response.status, 503);
+    assert.ok(!again.handlerRan);
+  });
+
   test('the decorator', async () => {
     const r = new Runner(pool);
     const pay = r.idempotent(async (request, tx, claim) => {
@@ -294,4 +309,34 @@ test.describe('a killed claim connection', { skip }, () => {
       await dropDatabase(`${DB}_kill`);
     }
   });
+});
+
+test.describe('transaction retries', { skip }, () => {
+  for (const mode of ['runFenced', 'runInTransaction']) {
+    test(`${mode}: a serialization failure reruns the transaction, stored once`, async () => {
+      const options = await createDatabase(`${DB}_${mode.toLowerCase()}`);
+      const p = new pg.Pool(options);
+      p.on('error', () => {});
+      try {
+        const r = new Runner(p);
+        const k = key();
+        let calls = 0;
+        const h = async (tx, claim) => {
+          calls += 1;
+          await tx.query("INSERT INTO effects VALUES ($1, $2, 'retry')", [k, claim.generation.toString()]);
+          if (calls === 1) await tx.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
+          return { status: 201, body: 'second' };
+        };
+        const res = await r[mode](req(k), h, 'serializable');
+        assert.equal(res.response.body.toString(), 'second');
+        assert.equal(res.outcome, 'won_completed');
+        assert.equal(calls, 2);
+        assert.equal(Number((await p.query('SELECT count(*) AS n FROM effects WHERE k = $1', [k])).rows[0].n), 1);
+        assert.ok((await r[mode](req(k), h)).replayed);
+      } finally {
+        await p.end();
+        await dropDatabase(`${DB}_${mode.toLowerCase()}`);
+      }
+    });
+  }
 });

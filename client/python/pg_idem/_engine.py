@@ -704,6 +704,22 @@ class Engine:
                     yield Query(conn, "SAVEPOINT idem_handler")
                     c.res.handler_ran = True
                     resp = _as_response((yield CallHandler(handler, (conn, ctx))))
+                except Exception as e:
+                    if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
+                        attempts += 1
+                        yield from self.rollback_quietly(conn)
+                        do_claim, wait = True, False
+                        continue  # everything rolled back, the claim too: run it again
+                    # The handler raised: keep a cooldown, drop its writes.
+                    try:
+                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
+                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
+                        yield Query(conn, "COMMIT")
+                    except psycopg.Error:
+                        yield from self.rollback_quietly(conn)
+                    self.finish(c, "failed")
+                    raise
+                try:
                     action = classify(resp.status)
                     setting = None
                     if action == FINALIZE:
@@ -716,11 +732,6 @@ class Engine:
                         yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
                         yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
                     yield Query(conn, "COMMIT")
-                    c.res.response = resp
-                    if action == FINALIZE:
-                        return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting)
-                                           else "won_completed")
-                    return self.finish(c, "failed" if action == FAIL else "won_completed")
                 except psycopg.Error as e:
                     yield from self.rollback_quietly(conn)
                     attempts += 1
@@ -729,16 +740,10 @@ class Engine:
                         continue  # everything rolled back, the claim too
                     self.finish(c, "failed")
                     raise
-                except Exception:
-                    # The handler raised: keep a cooldown, drop its writes.
-                    try:
-                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
-                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
-                        yield Query(conn, "COMMIT")
-                    except psycopg.Error:
-                        yield from self.rollback_quietly(conn)
-                    self.finish(c, "failed")
-                    raise
+                c.res.response = resp
+                if action == FINALIZE:
+                    return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")
+                return self.finish(c, "failed" if action == FAIL else "won_completed")
 
             if in_tx:
                 yield from self.rollback_quietly(conn)

@@ -370,3 +370,34 @@ def test_claim_connection_killed_before_the_finalize(dsn, db):
     assert res.outcome == "won_completed" and res.response.body == b"survived" and not res.outcome_unknown
     again = Runner(dsn).run(req(k), ok())
     assert again.replayed and again.response.body == b"survived"
+
+
+@pytest.mark.parametrize("mode", ["run_fenced", "run_in_transaction"])
+def test_serialization_failure_reruns_the_transaction(runner, db, mode):
+    k = key()
+    calls = []
+
+    def handler(tx, claim):
+        calls.append(claim.generation)
+        tx.execute("INSERT INTO effects VALUES (%s, %s, 'retry')", (k, claim.generation))
+        if len(calls) == 1:
+            tx.execute("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+        return Response(201, [], b"second")
+    r = getattr(runner, mode)(req(k), handler, isolation="serializable")
+    assert r.response.body == b"second" and r.outcome == "won_completed" and len(calls) == 2
+    assert db.execute("SELECT count(*) FROM effects WHERE k = %s", (k,)).fetchone()[0] == 1
+    assert getattr(runner, mode)(req(k), handler).replayed
+
+
+def test_in_transaction_database_error_in_the_handler_keeps_a_cooldown(runner, db):
+    k = key()
+
+    def handler(tx, claim):
+        tx.execute("INSERT INTO effects VALUES (%s, %s, 'dup')", (k, claim.generation))
+        tx.execute("SELECT 1/0")
+        return Response(201, [], b"never")
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        runner.run_in_transaction(req(k), handler)
+    assert db.execute("SELECT count(*) FROM effects WHERE k = %s", (k,)).fetchone()[0] == 0
+    again = runner.run_in_transaction(req(k), handler)
+    assert again.response.status == 503 and not again.handler_ran
