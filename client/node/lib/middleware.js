@@ -26,11 +26,16 @@ function runnerOf(opts) {
 
 function settings(opts) {
   const mode = opts.mode || 'lease';
+  if (typeof opts.principal !== 'function') {
+    // Without it one user's key would replay another user's response.
+    throw new TypeError("pg-idem middleware needs principal: (req) => the authenticated actor, part of the key "
+      + "(() => '' for a service without users)");
+  }
   if (!['lease', 'fenced', 'in_transaction'].includes(mode)) throw new TypeError("mode must be 'lease', 'fenced' or 'in_transaction'");
   return {
     runner: runnerOf(opts),
     mode,
-    principal: opts.principal || (() => ''),
+    principal: opts.principal,
     methods: new Set((opts.methods || ['POST', 'PATCH']).map((m) => m.toUpperCase())),
     keyRequired: Boolean(opts.keyRequired),
   };

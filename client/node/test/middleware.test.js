@@ -134,6 +134,11 @@ test.describe('middleware', { skip }, () => {
     }
   });
 
+  test('the middleware needs a principal', () => {
+    assert.throws(() => idem.express({ pool }), /principal/);
+    assert.throws(() => idem.fastify({ addHook() {} }, { pool }, () => {}), /principal/);
+  });
+
   test('Express in fenced mode hands the transaction to the route', async () => {
     const express = require('express');
     const app = express();

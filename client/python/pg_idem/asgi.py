@@ -30,14 +30,19 @@ def header(name):
     return principal
 
 
-def _default_principal(scope):
+def authenticated_user(scope):
+    """The principal of Starlette's AuthenticationMiddleware: scope["user"].identity."""
     user = scope.get("user")
-    return str(getattr(user, "identity", "") or "") if user is not None else ""
+    identity = getattr(user, "identity", None) if user is not None else None
+    if not identity:
+        raise LookupError("pg_idem: no authenticated user in scope (AuthenticationMiddleware must run first)")
+    return str(identity)
 
 
 class IdempotencyMiddleware:
     """runner: an AsyncRunner (or dsn= / pool= with config=); principal(scope) ->
-    the authenticated actor; mode "lease" (default), "fenced" or "in_transaction"
+    the authenticated actor (required: without it one user's key would replay
+    another's response); mode "lease" (default), "fenced" or "in_transaction"
     (the app finds the transaction's AsyncConnection in scope["pg_idem.conn"])."""
 
     def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
@@ -49,7 +54,10 @@ class IdempotencyMiddleware:
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         self.app, self.runner, self.mode = app, runner, mode
-        self.principal = principal or _default_principal
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal=: the authenticated actor is part of the key "
+                            "(header(name), authenticated_user, or lambda scope: '' for a service without users)")
+        self.principal = principal
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
 

@@ -25,8 +25,12 @@ def header(name):
     return lambda environ: environ.get(env, "")
 
 
-def _default_principal(environ):
-    return environ.get("REMOTE_USER", "")
+def remote_user(environ):
+    """The principal a WSGI server or an auth middleware put in REMOTE_USER."""
+    user = environ.get("REMOTE_USER")
+    if not user:
+        raise LookupError("pg_idem: REMOTE_USER is not set")
+    return user
 
 
 class IdempotencyMiddleware:
@@ -43,7 +47,10 @@ class IdempotencyMiddleware:
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         self.app, self.runner, self.mode = app, runner, mode
-        self.principal = principal or _default_principal
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal=: the authenticated actor is part of the key "
+                            "(header(name), remote_user, or lambda environ: '' for a service without users)")
+        self.principal = principal
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
 

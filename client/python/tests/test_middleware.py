@@ -65,7 +65,7 @@ def test_asgi_repeated_key_fields_get_400(dsn):
 
         async def send(m):
             sent.append(m)
-        mw = IdempotencyMiddleware(inner, dsn=dsn)
+        mw = IdempotencyMiddleware(inner, dsn=dsn, principal=lambda scope: "")
         scope = {"type": "http", "method": "POST", "path": "/x", "raw_path": b"/x", "query_string": b"",
                  "headers": [(b"idempotency-key", b"a"), (b"idempotency-key", b"b")]}
         await mw(scope, receive, send)
@@ -73,6 +73,13 @@ def test_asgi_repeated_key_fields_get_400(dsn):
     sent = asyncio.run(main())
     assert sent[0]["status"] == 400
     assert json.loads(sent[1]["body"])["type"] == "urn:pg-idem:problem:idempotency-key-invalid"
+
+
+def test_middleware_needs_a_principal(dsn):
+    from pg_idem import asgi, wsgi
+    for module in (asgi, wsgi):
+        with pytest.raises(TypeError, match="principal"):
+            module.IdempotencyMiddleware(lambda *a: None, dsn=dsn)
 
 
 def test_asgi_fenced_mode_hands_the_transaction_to_the_app(dsn):
