@@ -24,6 +24,7 @@ postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR libpq-dev libssl-dev
 libipc-run-perl libgtest-dev nlohmann-json3-dev libcpp-httplib-dev
 python3 python3-psycopg python3-psycopg-pool python3-pytest python3-starlette
 python3-fastapi python3-flask python3-httpx python3-uvicorn
+python3-setuptools python3-wheel python3-venv python3-pip nodejs
 pgbouncer postgresql-$PG_MAJOR-plproxy postgresql-$PG_MAJOR-auto-failover
 prometheus-postgres-exporter clang-tools valgrind"
 
@@ -155,4 +156,45 @@ stop_cluster() {
     [ -n "${WORK:-}" ] && [ -f "$WORK/data/postmaster.pid" ] &&
         as_run_user "$PG_BIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1
     true
+}
+
+# The storm sender of make demo (client/cpp/examples/demo), for the suites
+# that run the storm against another language's service: the C++ suite's
+# build when it has one, else a build of just the demo targets. Prints its path.
+demo_storm_sender() {
+    local bin=$WORK/client-build/examples/demo/idem-demo-storm build=$WORK/storm-build
+    [ -x "$bin" ] && { echo "$bin"; return 0; }
+    bin=$build/examples/demo/idem-demo-storm
+    [ -x "$bin" ] && { echo "$bin"; return 0; }
+    as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DPG_IDEM_BUILD_TESTS=OFF -DPG_IDEM_BUILD_BENCH=OFF >"$WORK/storm-build.log" 2>&1 &&
+        as_run_user cmake --build "$build" -j2 --target idem-demo-storm >>"$WORK/storm-build.log" 2>&1 ||
+        { tail -n 40 "$WORK/storm-build.log" >&2; return 1; }
+    echo "$bin"
+}
+
+# Runs the storm against a service started by the command $2 and counts
+# its expectations as suite $1 ("N of M expectations met").
+run_demo_storm() {   # NAME SERVER-CMD
+    local name=$1 cmd=$2 sender log="$WORK/storm-$1.log" met total
+    say "storm against the $name example service"
+    if ! sender=$(demo_storm_sender); then
+        count "$name storm" 0 1
+        return
+    fi
+    as_run_user bash "$WORK/src/client/cpp/examples/demo/storm.sh" \
+        --dsn "host=$WORK port=$PGPORT user=$PGUSER dbname=postgres" \
+        --server-cmd "$cmd" --sender "$sender" >"$log" 2>&1
+    local rc=$?
+    cat "$log"
+    met=$(grep -oE '^[0-9]+ of [0-9]+ expectations met' "$log" | tail -1)
+    total=$(echo "$met" | awk '{print $3}')
+    met=$(echo "$met" | awk '{print $1}')
+    if [ -z "$met" ]; then
+        count "$name storm" 0 1
+    else
+        local bad=$((total - met))
+        [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+        count "$name storm" "$met" "$bad"
+    fi
 }

@@ -6,7 +6,14 @@
 #
 #   storm.sh [--quick] [--server BIN --sender BIN] [--dsn CONNINFO]
 #   storm.sh --ctest --server BIN --sender BIN     # quick; PG_IDEM_TEST_DSN or skip (77)
+#   storm.sh --server-cmd "python3 client/python/examples/demo_server.py" --sender BIN
+#   storm.sh --server-cmd "node client/node/examples/demo-server.js" --sender BIN
 #
+# --server-cmd runs another implementation of the service (the Python and
+# Node clients' example services have the same interface); the script
+# appends the same flags it gives idem-demo-server (--port 0 --bind --dsn
+# --wait-budget-ms --cooldown-ms --port-file --pid-file). The command is
+# split on spaces; relative paths are taken from the repository root.
 # Without --server/--sender it builds the client library and the demo with
 # cmake (into $IDEM_DEMO_BUILD, or a scratch directory). The PostgreSQL
 # server comes from --dsn or the libpq environment (PGHOST, PGPORT, PGUSER)
@@ -34,15 +41,16 @@ run_unprivileged() {
     fi
 }
 
-QUICK=0 CTEST=0 SERVER= SENDER= DSN=
+QUICK=0 CTEST=0 SERVER= SENDER= DSN= SERVER_CMD=
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) QUICK=1 ;;
         --ctest) CTEST=1 QUICK=1 ;;
         --server) SERVER=$2; shift ;;
+        --server-cmd) SERVER_CMD=$2; shift ;;
         --sender) SENDER=$2; shift ;;
         --dsn) DSN=$2; shift ;;
-        *) echo "usage: storm.sh [--quick] [--ctest] [--server BIN --sender BIN] [--dsn CONNINFO]" >&2
+        *) echo "usage: storm.sh [--quick] [--ctest] [--server BIN | --server-cmd CMD] [--sender BIN] [--dsn CONNINFO]" >&2
            exit 2 ;;
     esac
     shift
@@ -85,6 +93,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Another service implementation: its words, relative paths from the root.
+SERVER_ARGV=()
+if [ -n "$SERVER_CMD" ]; then
+    read -r -a words <<<"$SERVER_CMD"
+    for w in "${words[@]}"; do
+        if [[ $w != /* ]] && [ -e "$ROOT/$w" ]; then w=$ROOT/$w; fi
+        SERVER_ARGV+=("$w")
+    done
+    SERVER=${SERVER:-${SERVER_ARGV[0]}}
+fi
+
 if [ -z "$SERVER" ] || [ -z "$SENDER" ]; then
     BUILD=${IDEM_DEMO_BUILD:-$SCRATCH/build}
     say "building the client library and the demo (cmake, $BUILD)"
@@ -96,9 +115,10 @@ if [ -z "$SERVER" ] || [ -z "$SENDER" ]; then
         echo "storm.sh: the build failed (is libcpp-httplib-dev installed?)"
         exit 1
     fi
-    SERVER=$BUILD/examples/demo/idem-demo-server
+    [ -z "$SERVER" ] && SERVER=$BUILD/examples/demo/idem-demo-server
     SENDER=$BUILD/examples/demo/idem-demo-storm
 fi
+[ ${#SERVER_ARGV[@]} -eq 0 ] && SERVER_ARGV=("$SERVER")
 
 # A fresh database with the extension; later keywords of a conninfo win.
 ADMIN_DSN=${DSN:-dbname=${PGDATABASE:-postgres}}
@@ -110,7 +130,7 @@ DB_CREATED=1
 "$PSQL" -X -q -v ON_ERROR_STOP=1 -d "$DEMO_DSN" -c "CREATE EXTENSION pg_idem" >/dev/null
 
 # 1 s follower wait budget and 1 s failure cooldown keep the storm short.
-run_unprivileged "$SERVER" --port 0 --bind 127.0.0.1 --dsn "$DEMO_DSN" \
+run_unprivileged "${SERVER_ARGV[@]}" --port 0 --bind 127.0.0.1 --dsn "$DEMO_DSN" \
     --wait-budget-ms 1000 --cooldown-ms 1000 \
     --port-file "$SCRATCH/port" --pid-file "$SCRATCH/server.pid" \
     >"$SCRATCH/server.log" 2>&1 &
@@ -122,7 +142,7 @@ for _ in $(seq 100); do
 done
 [ -s "$SCRATCH/port" ] || { echo "storm.sh: the service did not start in 10 s"; exit 1; }
 PORT=$(cat "$SCRATCH/port")
-say "idem-demo-server on http://127.0.0.1:$PORT (wait budget 1 s, cooldown 1 s); the storm:"
+say "$(basename "${SERVER_ARGV[-1]}") on http://127.0.0.1:$PORT (wait budget 1 s, cooldown 1 s); the storm:"
 
 CONCURRENCY=50
 [ "$QUICK" = 1 ] && CONCURRENCY=20

@@ -1,0 +1,41 @@
+'use strict';
+// pg-idem: run a handler once per Idempotency-Key with PostgreSQL and pg_idem.
+//
+//   const { Runner } = require('pg-idem');
+//   const runner = new Runner(pool, { lease: 10000, followerWaitBudget: 2000 });
+//   const r = await runner.run({ principal, method: 'POST', target, keys: [key], body },
+//                              async (claim) => ({ status: 201, headers: { 'content-type': 'application/json' }, body }));
+
+const { Config, ConfigError, DEFAULTS } = require('./lib/config');
+const http = require('./lib/http');
+const key = require('./lib/key');
+const { Runner, ClaimContext } = require('./lib/runner');
+const middleware = require('./lib/middleware');
+const { poolOptions } = require('./lib/conninfo');
+
+module.exports = {
+  Runner,
+  ClaimContext,
+  Config,
+  ConfigError,
+  DEFAULTS,
+  express: middleware.express,
+  fastify: middleware.fastify,
+  classify: http.classify,
+  FINALIZE: http.FINALIZE,
+  RELEASE: http.RELEASE,
+  FAIL: http.FAIL,
+  REPLAY_HEADER: http.REPLAY_HEADER,
+  HeaderAllowlist: http.HeaderAllowlist,
+  isNeverStored: http.isNeverStored,
+  problem: http.problem,
+  problems: http.problems,
+  KeyStatus: key.KeyStatus,
+  InvalidKeyError: key.InvalidKeyError,
+  cacheKey: key.cacheKey,
+  requestHash: key.requestHash,
+  checkKey: key.checkKey,
+  checkKeyHeader: key.checkKeyHeader,
+  poolOptions,
+  version: '0.3.0',
+};

@@ -1,0 +1,717 @@
+'use strict';
+// The single-flight runner over node-postgres: claim, lease renewal on the
+// claim's own connection, follower wait, status matrix, replay, and the two
+// exactly-once modes. The protocol is the C++ client's
+// (client/cpp/src/runner.cpp) without the advisory-lock wake-up: followers
+// use the server-side wait, idem_claim(..., max_wait), when the server has
+// the 4-argument function (checked once per runner), and poll idem_lookup
+// with jittered backoff otherwise. Every query is unnamed (no `name:`), so
+// the runner works behind a transaction-mode pooler; set_config(..., true)
+// is local to its statement's transaction: no session state is left.
+
+const pg = require('pg');
+const { Config } = require('./config');
+const { poolOptions } = require('./conninfo');
+const { FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, asResponse, classify, headersFromJson, makeResponse,
+  problems } = require('./http');
+const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
+
+const WON = new Set(['claimed', 'recovered_ttl', 'recovered_abandoned']);
+const ISOLATION = { 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' };
+
+// int8 as BigInt for our own queries only; the application's pg defaults are untouched.
+const TYPES = {
+  getTypeParser(oid, format) {
+    if (oid === 20 && format !== 'binary') return (v) => BigInt(v);
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const now = () => performance.now();
+const msText = (ms) => `${Math.max(1, Math.round(ms))} milliseconds`;
+const lockTimeoutText = (ms) => `${Math.max(1, Math.round(ms))}ms`; // 0 would mean "wait forever"
+const jittered = (base, jitter) => Math.max(1, base * (1 - jitter + Math.random() * 2 * jitter));
+const quoteIdent = (s) => `"${s.replace(/"/g, '""')}"`;
+const sqlstate = (e) => (e && typeof e.code === 'string' ? e.code : undefined);
+
+// idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1").
+function parseSizeSetting(text) {
+  const m = /^(\d+)(B|kB|MB|GB|TB)?$/.exec(text || '');
+  if (!m) return undefined;
+  return Number(m[1]) * { undefined: 1, B: 1, kB: 1024, MB: 1024 ** 2, GB: 1024 ** 3, TB: 1024 ** 4 }[m[2]];
+}
+
+function statements(schema) {
+  const p = schema ? `${quoteIdent(schema)}.` : '';
+  const cols = 'SELECT r.outcome, r.claim_id::text, r.generation, ceil(extract(epoch FROM r.retry_after) * 1000)::int8 AS retry_ms, '
+    + 'r.response_status, r.response_headers::text, r.response_body';
+  const lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
+  const lease = 'CASE WHEN s.lt IS NOT NULL THEN $4::interval END';
+  const beginFrom = ", pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT "
+    + "pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
+  return {
+    // lock_timeout is set before idem_claim runs (the LATERAL reference orders them).
+    claim: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}) r`,
+    claimWait: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
+    lookup: `${cols} FROM ${p}idem_lookup($1::bytea, $2::bytea) r`,
+    // In the caller's transaction: the budget as lock_timeout for idem_begin only.
+    begin: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}) r`,
+    beginWait: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
+    renew: `SELECT CASE WHEN s.lt IS NOT NULL THEN ${p}idem_renew($2::bytea, $3::uuid, $4::interval) IS NOT NULL END AS ok`
+      + " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s",
+    // Over the client's cap the server records "completed, not replayable"
+    // with idem.max_response_bytes at 0 for this transaction and one byte.
+    finalize: `SELECT ${p}idem_finalize($1::bytea, $2::uuid, $3::int4, $4::jsonb, $5::bytea, $6::boolean) AS ok, `
+      + "pg_catalog.current_setting('idem.max_response_bytes', true) AS cap FROM (SELECT CASE WHEN $7::boolean THEN "
+      + "pg_catalog.set_config('idem.max_response_bytes', '0', true) END AS forced) s",
+    release: `SELECT ${p}idem_release($1::bytea, $2::uuid) AS ok`,
+    fail: `SELECT ${p}idem_fail($1::bytea, $2::uuid, $3::interval) AS ok`,
+    capabilities: "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false) AS claim, "
+      + "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) AS begin "
+      + 'FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d ON d.refclassid = \'pg_catalog.pg_extension\'::pg_catalog.regclass '
+      + "AND d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
+      + "JOIN pg_catalog.pg_proc p ON p.oid = d.objid WHERE e.extname = 'pg_idem'",
+  };
+}
+
+// What a handler knows about the claim it runs under.
+class ClaimContext {
+  constructor(generation = 0n, claimId = null, cacheKey = null, keeper = null) {
+    this.generation = generation; // BigInt fencing number, strictly increasing per key
+    this.claimId = claimId; //       null when the request runs unguarded
+    this.cacheKey = cacheKey;
+    this._keeper = keeper;
+  }
+
+  get guarded() {
+    return this.claimId !== null;
+  }
+
+  // True once renewal found the claim taken over (its result will not be stored).
+  get lost() {
+    return Boolean(this._keeper && this._keeper.lost);
+  }
+}
+
+// Renews the winner's lease every renewInterval on the claim's connection while the handler runs.
+class Keeper {
+  constructor(runner, client, ck, claimId) {
+    Object.assign(this, { runner, client, ck, claimId, lost: false, stopped: false });
+    this.timer = null;
+    this.pending = Promise.resolve();
+    this.schedule(runner.config.renewInterval);
+  }
+
+  schedule(ms) {
+    if (this.stopped || this.lost) return;
+    this.timer = setTimeout(() => {
+      this.pending = this.renew();
+    }, ms);
+  }
+
+  async renew() {
+    const cfg = this.runner.config;
+    let next = cfg.renewInterval;
+    try {
+      const row = await this.runner.q(this.client, this.runner.sql.renew,
+        [lockTimeoutText(cfg.renewInterval), this.ck, this.claimId, msText(cfg.lease)]);
+      if (!row || !row.ok) {
+        this.lost = true; // taken over: stop renewing
+        return;
+      }
+    } catch {
+      next = Math.max(1, cfg.renewInterval / 4); // e.g. lock_timeout: sooner, never in a tight loop
+    }
+    this.schedule(next);
+  }
+
+  async stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.pending;
+  }
+}
+
+function normalizeRequest(req) {
+  let keys = req.keys;
+  if (keys === undefined || keys === null) keys = [];
+  else if (!Array.isArray(keys)) keys = [keys];
+  let body = req.body;
+  if (body === undefined || body === null) body = Buffer.alloc(0);
+  else if (typeof body === 'string') body = Buffer.from(body, 'utf8');
+  else if (!Buffer.isBuffer(body)) body = Buffer.from(body);
+  return { principal: req.principal ?? '', method: req.method ?? 'POST', target: req.target ?? '/', keys, body,
+    keyRequired: Boolean(req.keyRequired) };
+}
+
+function result() {
+  return { response: null, outcome: 'failed', handlerRan: false, replayed: false, leaseStolen: false,
+    outcomeUnknown: false, generation: 0n, error: null };
+}
+
+// Runs a handler once per Idempotency-Key. Share one per pool.
+class Runner {
+  constructor(pool, config) {
+    if (typeof pool === 'string') pool = new pg.Pool(poolOptions(pool));
+    if (!pool || typeof pool.connect !== 'function') throw new TypeError('pass a pg.Pool (or a connection string)');
+    this.pool = pool;
+    this.config = config instanceof Config ? config : new Config(config || {});
+    this.allow = new HeaderAllowlist(this.config.replayHeaders);
+    this.sql = statements(this.config.schema);
+    this.serverWait = null; // {claim, begin} once checked
+  }
+
+  // One unnamed statement; its first row.
+  async q(client, text, values) {
+    const r = await client.query({ text, values, types: TYPES });
+    return r.rows[0];
+  }
+
+  // ---- shared pieces -------------------------------------------------------
+
+  finish(c, outcome) {
+    c.res.outcome = outcome;
+    return c.res;
+  }
+
+  answer(c, response, outcome) {
+    c.res.response = response;
+    return this.finish(c, outcome);
+  }
+
+  unavailable(c, err) {
+    c.res.error = c.res.error || err;
+    return this.answer(c, problems.storeUnavailable(this.config.profile, this.config.retryAfter), 'failed');
+  }
+
+  timedOut(c) {
+    return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), 'timeout');
+  }
+
+  // {early} when the request goes no further; {c: null} to run unguarded.
+  prepare(raw) {
+    const req = normalizeRequest(raw);
+    const p = this.config.profile;
+    const early = (response) => ({ early: { ...result(), response, outcome: 'rejected' } });
+    const ks = checkKeyHeader(req.keys);
+    if (ks === KeyStatus.ABSENT && req.keyRequired) return early(problems.missingKey(p));
+    if (ks !== KeyStatus.ABSENT && ks !== KeyStatus.OK) return early(problems.invalidKey(p, ks));
+    if (req.body.length > this.config.maxRequestBodyBytes) return early(problems.requestTooLarge(p, this.config.maxRequestBodyBytes));
+    if (ks === KeyStatus.ABSENT) return { c: null };
+    return {
+      c: {
+        ck: cacheKey(req.principal, req.method, req.target, req.keys[0]),
+        rh: requestHash(req.body),
+        deadline: now() + this.config.followerWaitBudget,
+        iterations: 0,
+        backoff: this.config.pollMin,
+        res: result(),
+      },
+    };
+  }
+
+  // Checks once per runner whether the server waits for followers itself.
+  async capabilities(client) {
+    if (this.serverWait === null) {
+      if (this.config.serverWait === false) this.serverWait = { claim: false, begin: false };
+      else {
+        const row = await this.q(client, this.sql.capabilities, []);
+        this.serverWait = { claim: Boolean(row && row.claim), begin: Boolean(row && row.begin) };
+      }
+    }
+    return this.serverWait;
+  }
+
+  parseRow(row) {
+    if (!row) throw new Error('pg-idem: expected one row from the claim function');
+    return {
+      outcome: row.outcome || '',
+      claimId: row.claim_id,
+      generation: row.generation ?? 0n,
+      retryAfter: row.retry_ms === null || row.retry_ms === undefined ? null : Number(row.retry_ms),
+      status: row.response_status,
+      headersJson: row.response_headers,
+      body: row.response_body,
+      get won() {
+        return WON.has(this.outcome);
+      },
+    };
+  }
+
+  async claim(c, client, wait) {
+    const caps = await this.capabilities(client);
+    const rem = Math.max(0, c.deadline - now());
+    const lease = msText(this.config.lease);
+    if (wait && caps.claim) {
+      // The server's own wait ends first; lock_timeout only guards it.
+      return this.parseRow(await this.q(client, this.sql.claimWait, [lockTimeoutText(rem + 1000), c.ck, c.rh, lease, msText(rem)]));
+    }
+    return this.parseRow(await this.q(client, this.sql.claim, [lockTimeoutText(rem), c.ck, c.rh, lease]));
+  }
+
+  async lookup(c, client) {
+    return this.parseRow(await this.q(client, this.sql.lookup, [c.ck, c.rh]));
+  }
+
+  // A follower's answer, or 'wait' / 'claim'.
+  onRow(c, row) {
+    const p = this.config.profile;
+    switch (row.outcome) {
+      case 'replay': {
+        const headers = headersFromJson(row.headersJson);
+        headers.push([REPLAY_HEADER, 'true']);
+        c.res.response = makeResponse(row.status || 200, headers, row.body || Buffer.alloc(0));
+        c.res.replayed = true;
+        return this.finish(c, 'replay');
+      }
+      case 'not_replayable': return this.answer(c, problems.notReplayable(p), 'conflict');
+      case 'mismatch': return this.answer(c, problems.keyReused(p), 'conflict');
+      case 'expired': return this.answer(c, problems.expired(p), 'conflict');
+      case 'cooldown': return this.answer(c, problems.cooldown(p, row.retryAfter ?? this.config.retryAfter), 'failed');
+      case 'in_progress': return 'wait';
+      case 'absent':
+      case 'claimable': return 'claim';
+      default: throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
+    }
+  }
+
+  // The answer, or {claim, wait} for the next round.
+  async follow(c, row, serverWait) {
+    let n;
+    try {
+      n = this.onRow(c, row);
+    } catch (e) {
+      return this.unavailable(c, e);
+    }
+    if (typeof n === 'object') return n;
+    if (n === 'claim') return { claim: true, wait: false };
+    if (now() >= c.deadline) return this.timedOut(c);
+    if (serverWait) return { claim: true, wait: true }; // claim again, waiting in the server
+    let nap = jittered(c.backoff, this.config.pollJitter);
+    if (row.retryAfter !== null) nap = Math.min(nap, row.retryAfter + 1);
+    nap = Math.min(nap, Math.max(0, c.deadline - now()));
+    c.backoff = Math.min(c.backoff * 2, this.config.pollMax);
+    if (nap > 0) await sleep(nap);
+    return { claim: false, wait: false };
+  }
+
+  async loop(c, client, win, claimFirst = true) {
+    let doClaim = claimFirst;
+    let wait = false;
+    for (;;) {
+      if (++c.iterations > this.config.maxIterations) return this.timedOut(c);
+      let row;
+      try {
+        row = doClaim ? await this.claim(c, client, wait) : await this.lookup(c, client);
+      } catch (e) {
+        if (sqlstate(e) === '55P03') { // locked by an idem_begin transaction
+          if (now() >= c.deadline) return this.timedOut(c);
+          continue;
+        }
+        if (sqlstate(e) === '40001' || sqlstate(e) === '40P01') {
+          await sleep(jittered(this.config.pollMin, this.config.pollJitter));
+          continue;
+        }
+        return this.unavailable(c, e);
+      }
+      if (doClaim && row.won) return win(row);
+      const n = await this.follow(c, row, (this.serverWait || {}).claim);
+      if (n.response !== undefined) return n;
+      ({ claim: doClaim, wait } = n);
+    }
+  }
+
+  async giveUp(c, client, claimId, action) {
+    try {
+      const row = action === FAIL
+        ? await this.q(client, this.sql.fail, [c.ck, claimId, msText(this.config.failureCooldown)])
+        : await this.q(client, this.sql.release, [c.ck, claimId]);
+      if (!row || !row.ok) c.res.leaseStolen = true;
+    } catch (e) {
+      c.res.error = c.res.error || e;
+    }
+  }
+
+  finalizeParams(c, claimId, resp, strict) {
+    const over = resp.body.length > this.config.maxCacheableResponseBytes;
+    return [c.ck, claimId, resp.status, this.allow.toJson(resp.headers), over ? resp.body.subarray(0, 1) : resp.body, strict, over];
+  }
+
+  uncached(resp, setting) {
+    const cap = parseSizeSetting(setting);
+    return resp.body.length > this.config.maxCacheableResponseBytes || (cap !== undefined && resp.body.length > cap);
+  }
+
+  // A client from the pool with an 'error' listener while we hold it: a
+  // backend that dies while its client is checked out and idle (the claim's
+  // client while the handler runs) emits 'error', which would otherwise be
+  // an uncaught exception.
+  async checkout() {
+    const client = await this.pool.connect();
+    const onError = () => { client.idemBroken = true; };
+    client.on('error', onError);
+    client.idemOnError = onError;
+    return client;
+  }
+
+  // Gives the client back; a broken one is destroyed, not reused.
+  giveBack(client) {
+    client.removeListener('error', client.idemOnError);
+    const broken = client.idemBroken;
+    delete client.idemOnError;
+    delete client.idemBroken;
+    client.release(broken ? true : undefined);
+  }
+
+  // ---- lease mode ------------------------------------------------------------
+
+  // handler(claim) -> {status, headers, body}, with no transaction open.
+  async run(request, handler) {
+    const { early, c } = this.prepare(request);
+    if (early) return early;
+    if (!c) {
+      const res = result();
+      res.handlerRan = true;
+      res.response = asResponse(await handler(new ClaimContext()));
+      res.outcome = 'unguarded';
+      return res;
+    }
+    let client;
+    try {
+      client = await this.checkout();
+    } catch (e) {
+      return this.unavailable(c, e);
+    }
+    try {
+      return await this.loop(c, client, (row) => this.winLease(c, client, row, handler));
+    } finally {
+      if (c.broken) client.idemBroken = true;
+      this.giveBack(client);
+    }
+  }
+
+  async winLease(c, client, row, handler) {
+    c.res.generation = row.generation;
+    const keeper = new Keeper(this, client, c.ck, row.claimId);
+    const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
+    let resp;
+    try {
+      c.res.handlerRan = true;
+      resp = asResponse(await handler(ctx));
+    } catch (e) {
+      await keeper.stop();
+      await this.giveUp(c, client, row.claimId, FAIL);
+      this.finish(c, 'failed');
+      throw e;
+    }
+    await keeper.stop();
+    const action = classify(resp.status);
+    if (action !== FINALIZE) {
+      await this.giveUp(c, client, row.claimId, action);
+      c.res.outcome = action === FAIL ? 'failed' : 'won_completed';
+    } else {
+      const params = this.finalizeParams(c, row.claimId, resp, false);
+      try {
+        const r = await this.q(client, this.sql.finalize, params);
+        if (!r || !r.ok) {
+          c.res.leaseStolen = true;
+          c.res.outcome = 'won_completed';
+        } else c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+      } catch (e) {
+        c.res.error = e;
+        c.broken = true; // the claim's client goes back to be destroyed, not reused
+        await this.settleFinalize(c, row, resp, params);
+      }
+    }
+    c.res.response = resp;
+    return this.finish(c, c.res.outcome);
+  }
+
+  // The finalize failed (a lost connection, a killed backend, ...): did it
+  // commit? On a fresh client, renewing waits for a commit in flight and
+  // says whether the claim is still ours (then nothing was stored: store it
+  // now); otherwise the stored row tells. Never runs the handler again.
+  async settleFinalize(c, row, resp, params) {
+    let probe;
+    try {
+      probe = await this.checkout();
+      const renewed = await this.q(probe, this.sql.renew,
+        [lockTimeoutText(this.config.followerWaitBudget), c.ck, row.claimId, msText(this.config.lease)]);
+      if (renewed && renewed.ok) {
+        const r = await this.q(probe, this.sql.finalize, params);
+        if (r && r.ok) {
+          c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+          return;
+        }
+      }
+      const seen = await this.lookup(c, probe);
+      if (['replay', 'not_replayable'].includes(seen.outcome) && (seen.generation === 0n || seen.generation === row.generation)) {
+        c.res.outcome = seen.outcome === 'replay' ? 'won_completed' : 'completed_uncacheable';
+      } else {
+        c.res.leaseStolen = true;
+        c.res.outcome = 'won_completed';
+      }
+    } catch (e) {
+      c.res.outcomeUnknown = true;
+      c.res.outcome = 'failed';
+    } finally {
+      if (probe) this.giveBack(probe);
+    }
+  }
+
+  // ---- transactions ----------------------------------------------------------
+
+  async begin(client, isolation) {
+    await client.query('BEGIN');
+    if (isolation) {
+      const level = ISOLATION[String(isolation).toLowerCase()];
+      if (!level) throw new TypeError(`unknown isolation level ${isolation}`);
+      await client.query(`SET TRANSACTION ISOLATION LEVEL ${level}`);
+    }
+  }
+
+  async rollbackQuietly(client) {
+    try {
+      await client.query('ROLLBACK');
+    } catch {
+      // the connection is gone: nothing to roll back
+    }
+  }
+
+  async unguardedTx(handler, isolation) {
+    const res = result();
+    res.handlerRan = true;
+    for (let attempt = 1; ; attempt++) {
+      const tx = await this.checkout();
+      try {
+        await this.begin(tx, isolation);
+        const resp = asResponse(await handler(tx, new ClaimContext()));
+        await tx.query(classify(resp.status) === FAIL ? 'ROLLBACK' : 'COMMIT');
+        res.response = resp;
+        res.outcome = 'unguarded';
+        return res;
+      } catch (e) {
+        await this.rollbackQuietly(tx);
+        if (['40001', '40P01'].includes(sqlstate(e)) && attempt < this.config.transactionAttempts) continue;
+        throw e;
+      } finally {
+        this.giveBack(tx);
+      }
+    }
+  }
+
+  // ---- fenced mode -------------------------------------------------------------
+
+  // Claim first; handler(client, claim) runs in a transaction on a second
+  // connection, in which the response is stored, fenced by the claim.
+  async runFenced(request, handler, isolation) {
+    const { early, c } = this.prepare(request);
+    if (early) return early;
+    if (!c) return this.unguardedTx(handler, isolation);
+    let client;
+    try {
+      client = await this.checkout();
+    } catch (e) {
+      return this.unavailable(c, e);
+    }
+    try {
+      return await this.loop(c, client, (row) => this.winFenced(c, client, row, handler, isolation));
+    } finally {
+      this.giveBack(client);
+    }
+  }
+
+  async winFenced(c, client, row, handler, isolation) {
+    c.res.generation = row.generation;
+    const keeper = new Keeper(this, client, c.ck, row.claimId);
+    const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
+    let todo = 'give_up';
+    let action = FAIL;
+    let outcome = 'failed';
+    let resp = null;
+    let err = null;
+    for (let attempt = 1; attempt <= this.config.transactionAttempts; attempt++) {
+      let tx;
+      try {
+        tx = await this.checkout();
+      } catch (e) {
+        err = e;
+        break;
+      }
+      try {
+        await this.begin(tx, isolation);
+        c.res.handlerRan = true;
+        resp = asResponse(await handler(tx, ctx));
+        action = classify(resp.status);
+        if (action === FAIL) {
+          await tx.query('ROLLBACK'); // a failure leaves none of its writes behind
+          break;
+        }
+        if (action === RELEASE) {
+          await tx.query('COMMIT');
+          outcome = 'won_completed';
+          break;
+        }
+        // The fence: IL001 if the claim is no longer ours, taking the writes down.
+        const r = await this.q(tx, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true));
+        await tx.query('COMMIT');
+        outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+        todo = 'done';
+        break;
+      } catch (e) {
+        await this.rollbackQuietly(tx);
+        if (sqlstate(e) === 'IL001') {
+          c.res.leaseStolen = true;
+          todo = 'follow';
+          break;
+        }
+        if (['40001', '40P01'].includes(sqlstate(e)) && attempt < this.config.transactionAttempts) continue;
+        err = e;
+        action = FAIL;
+        break;
+      } finally {
+        this.giveBack(tx);
+      }
+    }
+    await keeper.stop();
+    if (todo === 'give_up') await this.giveUp(c, client, row.claimId, action);
+    if (err) {
+      this.finish(c, 'failed');
+      throw err;
+    }
+    if (todo === 'follow') {
+      c.deadline = now() + this.config.followerWaitBudget;
+      return this.loop(c, client, (r) => this.winFenced(c, client, r, handler, isolation), false);
+    }
+    c.res.response = resp;
+    return this.finish(c, outcome);
+  }
+
+  // ---- in-transaction mode -----------------------------------------------------
+
+  // BEGIN; idem_begin; handler(client, claim); idem_finalize; COMMIT.
+  async runInTransaction(request, handler, isolation) {
+    const { early, c } = this.prepare(request);
+    if (early) return early;
+    if (!c) return this.unguardedTx(handler, isolation);
+    let client;
+    try {
+      client = await this.checkout();
+    } catch (e) {
+      return this.unavailable(c, e);
+    }
+    try {
+      return await this.inTxLoop(c, client, handler, isolation);
+    } finally {
+      this.giveBack(client);
+    }
+  }
+
+  async inTxLoop(c, client, handler, isolation) {
+    let doClaim = true;
+    let wait = false;
+    let attempts = 0;
+    for (;;) {
+      if (++c.iterations > this.config.maxIterations) return this.timedOut(c);
+      let inTx = false;
+      let row;
+      try {
+        if (!doClaim) row = await this.lookup(c, client);
+        else {
+          const caps = await this.capabilities(client);
+          await this.begin(client, isolation);
+          inTx = true;
+          const rem = Math.max(0, c.deadline - now());
+          const lease = msText(this.config.lease);
+          // Duplicates wait inside idem_begin for the first transaction, bounded by the budget.
+          row = this.parseRow(wait && caps.begin
+            ? await this.q(client, this.sql.beginWait, [lockTimeoutText(rem + 1000), c.ck, c.rh, lease, msText(rem)])
+            : await this.q(client, this.sql.begin, [lockTimeoutText(rem), c.ck, c.rh, lease]));
+        }
+      } catch (e) {
+        if (inTx) await this.rollbackQuietly(client);
+        if (sqlstate(e) === '55P03') {
+          if (now() >= c.deadline) return this.timedOut(c);
+          continue;
+        }
+        if (['40001', '40P01'].includes(sqlstate(e))) {
+          if (++attempts >= this.config.transactionAttempts) return this.unavailable(c, e);
+          continue;
+        }
+        return this.unavailable(c, e);
+      }
+
+      if (doClaim && row.won) {
+        c.res.generation = row.generation;
+        const ctx = new ClaimContext(row.generation, row.claimId, c.ck);
+        let resp;
+        try {
+          await client.query('SAVEPOINT idem_handler');
+          c.res.handlerRan = true;
+          resp = asResponse(await handler(client, ctx));
+        } catch (e) {
+          if (['40001', '40P01'].includes(sqlstate(e)) && attempts + 1 < this.config.transactionAttempts) {
+            attempts++;
+            await this.rollbackQuietly(client); // everything rolled back, the claim too: run it again
+            doClaim = true;
+            wait = false;
+            continue;
+          }
+          // The handler threw: keep a cooldown, drop its writes.
+          try {
+            await client.query('ROLLBACK TO SAVEPOINT idem_handler');
+            await this.q(client, this.sql.fail, [c.ck, row.claimId, msText(this.config.failureCooldown)]);
+            await client.query('COMMIT');
+          } catch {
+            await this.rollbackQuietly(client);
+          }
+          this.finish(c, 'failed');
+          throw e;
+        }
+        try {
+          const action = classify(resp.status);
+          let setting;
+          if (action === FINALIZE) setting = (await this.q(client, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true))).cap;
+          else if (action === RELEASE) await this.q(client, this.sql.release, [c.ck, row.claimId]);
+          else {
+            // A failure keeps none of the handler's writes but keeps the cooldown.
+            await client.query('ROLLBACK TO SAVEPOINT idem_handler');
+            await this.q(client, this.sql.fail, [c.ck, row.claimId, msText(this.config.failureCooldown)]);
+          }
+          await client.query('COMMIT');
+          c.res.response = resp;
+          if (action === FINALIZE) return this.finish(c, this.uncached(resp, setting) ? 'completed_uncacheable' : 'won_completed');
+          return this.finish(c, action === FAIL ? 'failed' : 'won_completed');
+        } catch (e) {
+          await this.rollbackQuietly(client);
+          attempts++;
+          if (['40001', '40P01'].includes(sqlstate(e)) && attempts < this.config.transactionAttempts) {
+            doClaim = true;
+            wait = false;
+            continue; // everything rolled back, the claim too
+          }
+          this.finish(c, 'failed');
+          throw e;
+        }
+      }
+      if (inTx) await this.rollbackQuietly(client);
+      const n = await this.follow(c, row, (this.serverWait || {}).begin);
+      if (n.response !== undefined) return n;
+      ({ claim: doClaim, wait } = n);
+    }
+  }
+
+  // Decorator: wraps fn(request, claim) (lease) or fn(request, client, claim)
+  // (fenced, in_transaction) into request => Promise<RunResult>.
+  idempotent(fn, { mode = 'lease', isolation } = {}) {
+    if (!['lease', 'fenced', 'in_transaction'].includes(mode)) throw new TypeError("mode must be 'lease', 'fenced' or 'in_transaction'");
+    return (request) => {
+      if (mode === 'lease') return this.run(request, (claim) => fn(request, claim));
+      const h = (client, claim) => fn(request, client, claim);
+      return mode === 'fenced' ? this.runFenced(request, h, isolation) : this.runInTransaction(request, h, isolation);
+    };
+  }
+}
+
+module.exports = { Runner, ClaimContext, parseSizeSetting, TYPES };

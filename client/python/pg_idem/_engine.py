@@ -1,0 +1,753 @@
+"""The single-flight protocol, written once for the sync and asyncio runners.
+
+Every step is a generator that yields the I/O it needs (a statement, a
+connection, a sleep, the handler's call, the lease keeper) to a driver:
+pg_idem.runner drives it with blocking calls and a renewal thread,
+pg_idem.aio with awaits and a renewal task. The protocol is the C++
+client's (client/cpp/src/runner.cpp) without the advisory-lock wake-up:
+followers use the server-side wait, idem_claim(..., max_wait), when the
+server has the 4-argument function, and poll idem_lookup with jittered
+backoff otherwise.
+"""
+
+import dataclasses
+import random
+import re
+import time
+
+import psycopg
+
+from .config import Config
+from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
+                   classify, headers_from_json, problems)
+from .key import KeyStatus, cache_key, check_key_header, request_hash
+
+WON = ("claimed", "recovered_ttl", "recovered_abandoned")
+ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
+             "serializable": "SERIALIZABLE"}
+
+
+# ---- what the drivers do for the engine ----------------------------------------
+
+@dataclasses.dataclass
+class Query:
+    """Run one statement on conn; the driver sends back its first row (or None)."""
+    conn: object
+    sql: str
+    params: tuple = None
+
+
+@dataclasses.dataclass
+class Acquire:
+    """A connection from the pool, in autocommit, no transaction open."""
+
+
+@dataclasses.dataclass
+class Release:
+    """Give conn back to the pool as it was."""
+    conn: object
+
+
+@dataclasses.dataclass
+class Sleep:
+    seconds: float
+
+
+@dataclasses.dataclass
+class CallHandler:
+    """Call fn(*args) (awaiting it when it returns an awaitable); send back its value."""
+    fn: object
+    args: tuple
+
+
+@dataclasses.dataclass
+class StartKeeper:
+    """Renew the claim on conn every renew_interval until StopKeeper; send back the keeper."""
+    conn: object
+    cache_key: bytes
+    claim_id: str
+
+
+@dataclasses.dataclass
+class StopKeeper:
+    keeper: object
+
+
+# ---- results ------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Request:
+    """What the runner needs of an incoming request.
+
+    keys is every Idempotency-Key field value as received (zero, one or
+    several); principal is the authenticated actor; target is path and query."""
+    principal: str
+    method: str
+    target: str
+    keys: list = dataclasses.field(default_factory=list)
+    body: bytes = b""
+    key_required: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.body, str):
+            self.body = self.body.encode("utf-8")
+        if self.body is None:
+            self.body = b""
+        if isinstance(self.keys, (str, bytes)):
+            self.keys = [self.keys]
+        self.keys = list(self.keys or [])
+
+
+class ClaimContext:
+    """What a handler knows about the claim it runs under."""
+
+    def __init__(self, generation=0, claim_id=None, cache_key=None, keeper=None):
+        self.generation = generation  # fencing number; strictly increasing per key
+        self.claim_id = claim_id      # None when the request runs unguarded
+        self.cache_key = cache_key
+        self._keeper = keeper
+
+    @property
+    def guarded(self):
+        return self.claim_id is not None
+
+    @property
+    def lost(self):
+        """True once renewal found the claim taken over (its result will not be stored)."""
+        return bool(self._keeper is not None and self._keeper.lost)
+
+
+@dataclasses.dataclass
+class RunResult:
+    """response is what to send; the rest says what happened."""
+    response: Response = None
+    outcome: str = "failed"   # won_completed replay conflict timeout failed
+    #                           completed_uncacheable unguarded rejected
+    handler_ran: bool = False
+    replayed: bool = False
+    lease_stolen: bool = False
+    outcome_unknown: bool = False
+    generation: int = 0
+    error: BaseException = None
+
+
+@dataclasses.dataclass
+class Row:
+    outcome: str
+    claim_id: str
+    generation: int
+    retry_after: float
+    status: int
+    headers_json: str
+    body: bytes
+
+    @property
+    def won(self):
+        return self.outcome in WON
+
+
+class _Call:
+    """Per request state."""
+
+    def __init__(self, cfg, req):
+        self.ck = cache_key(req.principal, req.method, req.target, req.keys[0])
+        self.rh = request_hash(req.body)
+        self.deadline = time.monotonic() + cfg.follower_wait_budget
+        self.iterations = 0
+        self.backoff = cfg.poll_min
+        self.res = RunResult()
+
+
+def _quote_ident(s):
+    return '"' + s.replace('"', '""') + '"'
+
+
+def _ms_text(seconds):
+    return "%d milliseconds" % max(1, int(round(seconds * 1000)))
+
+
+def _lock_timeout_text(seconds):
+    # 0 would mean "wait forever".
+    return "%dms" % max(1, int(round(seconds * 1000)))
+
+
+def _remaining(deadline):
+    return max(0.0, deadline - time.monotonic())
+
+
+def _jittered(base, jitter):
+    return max(0.001, base * random.uniform(1.0 - jitter, 1.0 + jitter))
+
+
+def parse_size_setting(text):
+    """idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1")."""
+    if not text:
+        return None
+    m = re.match(r"^(\d+)(B|kB|MB|GB|TB)?$", text)
+    if not m:
+        return None
+    mult = {None: 1, "B": 1, "kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[m.group(2)]
+    return int(m.group(1)) * mult
+
+
+class Statements:
+    """The SQL the runner sends, schema-qualified when configured. Parameters are
+    positional (%s) in text order; set_config(..., true) is local to the
+    statement's transaction, so nothing stays on the session."""
+
+    def __init__(self, schema):
+        p = _quote_ident(schema) + "." if schema else ""
+        cols = ("SELECT r.outcome, r.claim_id::text, r.generation, "
+                "ceil(extract(epoch FROM r.retry_after) * 1000)::int8, "
+                "r.response_status, r.response_headers::text, r.response_body")
+        lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL "
+        lease = "CASE WHEN s.lt IS NOT NULL THEN %s::interval END"
+        # lock_timeout is set before idem_claim runs (the LATERAL reference
+        # orders them): a claim stuck behind an idem_begin transaction gives
+        # up with the wait budget.
+        self.claim = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ") r"
+        self.claim_wait = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ", %s::interval) r"
+        self.lookup = cols + " FROM " + p + "idem_lookup(%s::bytea, %s::bytea) r"
+        # In the caller's transaction: the budget as lock_timeout for
+        # idem_begin only, the caller's setting back right after it.
+        begin_from = (", pg_catalog.set_config('lock_timeout', s.old, true) FROM (SELECT "
+                      "pg_catalog.current_setting('lock_timeout') AS old, "
+                      "pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL ")
+        self.begin = cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease + ") r"
+        self.begin_wait = (cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease
+                           + ", %s::interval) r")
+        self.renew = ("SELECT CASE WHEN s.lt IS NOT NULL THEN " + p
+                      + "idem_renew(%s::bytea, %s::uuid, %s::interval) IS NOT NULL END"
+                      " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s")
+        # Over the client's cap: the server stores a body over
+        # idem.max_response_bytes as completed, not replayable, so that
+        # setting goes to 0 for this transaction and one byte is sent.
+        self.finalize = ("SELECT " + p + "idem_finalize(%s::bytea, %s::uuid, %s::int4, %s::jsonb, "
+                         "%s::bytea, %s::boolean), pg_catalog.current_setting('idem.max_response_bytes', true)"
+                         " FROM (SELECT CASE WHEN %s::boolean THEN pg_catalog.set_config("
+                         "'idem.max_response_bytes', '0', true) END AS forced) s")
+        self.release = "SELECT " + p + "idem_release(%s::bytea, %s::uuid)"
+        self.fail = "SELECT " + p + "idem_fail(%s::bytea, %s::uuid, %s::interval)"
+        # Does the server have the 4-argument (waiting) functions?
+        self.capabilities = (
+            "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false), "
+            "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) "
+            "FROM pg_catalog.pg_extension e "
+            "JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass "
+            " AND d.refobjid = e.oid AND d.deptype = 'e' "
+            " AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
+            "JOIN pg_catalog.pg_proc p ON p.oid = d.objid "
+            "WHERE e.extname = 'pg_idem'")
+
+
+def parse_row(t):
+    if t is None:
+        raise psycopg.DataError("pg_idem: expected one row from the claim function")
+    body = t[6]
+    if isinstance(body, memoryview):
+        body = body.tobytes()
+    return Row(t[0] or "", t[1], t[2] or 0, None if t[3] is None else t[3] / 1000.0,
+               t[4], t[5], body)
+
+
+def _as_response(value):
+    if isinstance(value, Response):
+        return value
+    if isinstance(value, tuple):
+        return Response(*value)
+    raise TypeError("a pg_idem handler returns a pg_idem.Response, not %s" % type(value).__name__)
+
+
+def _sqlstate(e):
+    return getattr(e, "sqlstate", None)
+
+
+class Engine:
+    """The protocol; shared (and thread safe) between the requests of one runner."""
+
+    def __init__(self, cfg=None):
+        self.cfg = cfg or Config()
+        if not isinstance(self.cfg, Config):
+            raise TypeError("cfg must be a pg_idem.Config")
+        self.allow = HeaderAllowlist(self.cfg.replay_headers)
+        self.sql = Statements(self.cfg.schema)
+        self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
+
+    # ---- shared pieces ----------------------------------------------------------
+
+    def finish(self, c, outcome):
+        c.res.outcome = outcome
+        return c.res
+
+    def answer(self, c, response, outcome):
+        c.res.response = response
+        return self.finish(c, outcome)
+
+    def unavailable(self, c, err):
+        c.res.error = c.res.error or err
+        return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), "failed")
+
+    def timed_out(self, c):
+        return self.answer(c, problems.in_progress(self.cfg.profile, self.cfg.retry_after), "timeout")
+
+    def prepare(self, req):
+        """(early answer, call): the answer when the request goes no further;
+        call None for a request without a key that may run unguarded."""
+        p = self.cfg.profile
+        ks = check_key_header(req.keys)
+        if ks is KeyStatus.ABSENT and req.key_required:
+            return RunResult(problems.missing_key(p), "rejected"), None
+        if ks not in (KeyStatus.ABSENT, KeyStatus.OK):
+            return RunResult(problems.invalid_key(p, ks), "rejected"), None
+        if len(req.body) > self.cfg.max_request_body_bytes:
+            return RunResult(problems.request_too_large(p, self.cfg.max_request_body_bytes), "rejected"), None
+        if ks is KeyStatus.ABSENT:
+            return None, None
+        return None, _Call(self.cfg, req)
+
+    def capabilities(self, conn):
+        """Checks once per runner whether the server waits for followers itself."""
+        if self.server_wait is None:
+            if self.cfg.server_wait is False:
+                self.server_wait = (False, False)
+            else:
+                t = yield Query(conn, self.sql.capabilities)
+                self.server_wait = (bool(t[0]), bool(t[1])) if t else (False, False)
+        return self.server_wait
+
+    def claim(self, c, conn, wait):
+        caps = yield from self.capabilities(conn)
+        rem = _remaining(c.deadline)
+        lease = _ms_text(self.cfg.lease)
+        if wait and caps[0]:
+            # The server's own wait ends first; lock_timeout only guards it.
+            t = yield Query(conn, self.sql.claim_wait,
+                            (_lock_timeout_text(rem + 1.0), c.ck, c.rh, lease, _ms_text(rem)))
+        else:
+            t = yield Query(conn, self.sql.claim, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+        return parse_row(t)
+
+    def lookup(self, c, conn):
+        return parse_row((yield Query(conn, self.sql.lookup, (c.ck, c.rh))))
+
+    def on_row(self, c, row):
+        """A follower's answer, or "wait" / "claim"."""
+        p = self.cfg.profile
+        o = row.outcome
+        if o == "replay":
+            headers = headers_from_json(row.headers_json)
+            headers.append((REPLAY_HEADER, "true"))
+            c.res.response = Response(row.status or 200, headers, row.body or b"")
+            c.res.replayed = True
+            return self.finish(c, "replay")
+        if o == "not_replayable":
+            return self.answer(c, problems.not_replayable(p), "conflict")
+        if o == "mismatch":
+            return self.answer(c, problems.key_reused(p), "conflict")
+        if o == "expired":
+            return self.answer(c, problems.expired(p), "conflict")
+        if o == "cooldown":
+            ra = row.retry_after if row.retry_after is not None else self.cfg.retry_after
+            return self.answer(c, problems.cooldown(p, ra), "failed")
+        if o == "in_progress":
+            return "wait"
+        if o in ("absent", "claimable"):
+            return "claim"
+        raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % o)
+
+    def follow(self, c, row, server_wait):
+        """The answer, or (claim?, wait in the server?) for the next round."""
+        try:
+            n = self.on_row(c, row)
+        except psycopg.Error as e:
+            return self.unavailable(c, e)
+        if isinstance(n, RunResult):
+            return n
+        if n == "claim":
+            return (True, False)
+        if time.monotonic() >= c.deadline:
+            return self.timed_out(c)
+        if server_wait:
+            return (True, True)  # claim again, waiting in the server up to the budget
+        nap = _jittered(c.backoff, self.cfg.poll_jitter)
+        if row.retry_after is not None:
+            nap = min(nap, row.retry_after + 0.001)
+        nap = min(nap, _remaining(c.deadline))
+        c.backoff = min(c.backoff * 2, self.cfg.poll_max)
+        if nap > 0:
+            yield Sleep(nap)
+        return (False, False)
+
+    def loop(self, c, conn, win, claim_first=True):
+        do_claim, wait = claim_first, False
+        while True:
+            c.iterations += 1
+            if c.iterations > self.cfg.max_iterations:
+                return self.timed_out(c)
+            try:
+                row = (yield from self.claim(c, conn, wait)) if do_claim else (yield from self.lookup(c, conn))
+            except psycopg.errors.LockNotAvailable:
+                # The key is locked by an idem_begin transaction.
+                if time.monotonic() >= c.deadline:
+                    return self.timed_out(c)
+                continue
+            except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+                yield Sleep(_jittered(self.cfg.poll_min, self.cfg.poll_jitter))
+                continue
+            except psycopg.Error as e:
+                return self.unavailable(c, e)
+            if do_claim and row.won:
+                return (yield from win(row))
+            caps = self.server_wait or (False, False)
+            n = yield from self.follow(c, row, caps[0])
+            if isinstance(n, RunResult):
+                return n
+            do_claim, wait = n
+
+    def give_up(self, c, conn, claim_id, action):
+        """idem_release / idem_fail by status; a lost claim is lease_stolen."""
+        fresh = None
+        try:
+            if conn is None or conn.broken:
+                conn = fresh = yield Acquire()
+            if action == FAIL:
+                t = yield Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)))
+            else:
+                t = yield Query(conn, self.sql.release, (c.ck, claim_id))
+            if not t or not t[0]:
+                c.res.lease_stolen = True
+        except psycopg.Error as e:
+            c.res.error = c.res.error or e
+        finally:
+            if fresh is not None:
+                yield Release(fresh)
+
+    def finalize_params(self, c, claim_id, resp, strict):
+        over = len(resp.body) > self.cfg.max_cacheable_response_bytes
+        body = resp.body[:1] if over else resp.body
+        return (c.ck, claim_id, resp.status, self.allow.to_json(resp.headers), body, strict, over)
+
+    def uncached(self, resp, setting):
+        cap = parse_size_setting(setting)
+        return len(resp.body) > self.cfg.max_cacheable_response_bytes or (cap is not None and len(resp.body) > cap)
+
+    def settle(self, c, claim_id, generation):
+        """After a connection lost during the finalize: did it commit? Renewing
+        waits for a commit in flight and says whether the claim is still ours."""
+        conn = yield Acquire()
+        try:
+            t = yield Query(conn, self.sql.renew, (c.ck, claim_id, _ms_text(self.cfg.lease),
+                                                   _lock_timeout_text(self.cfg.follower_wait_budget)))
+            if t and t[0]:
+                return "not_committed", conn
+            row = yield from self.lookup(c, conn)
+            if row.outcome in ("replay", "not_replayable") and row.generation in (0, generation):
+                return "committed", conn
+            return "lost", conn
+        except psycopg.Error as e:
+            c.res.error = c.res.error or e
+            return "unknown", conn
+
+    # ---- lease mode ---------------------------------------------------------------------
+
+    def run(self, req, handler):
+        early, c = self.prepare(req)
+        if early is not None:
+            return early
+        if c is None:
+            res = RunResult(handler_ran=True)
+            res.response = _as_response((yield CallHandler(handler, (ClaimContext(),))))
+            res.outcome = "unguarded"
+            return res
+        try:
+            conn = yield Acquire()
+        except psycopg.Error as e:
+            return self.unavailable(c, e)
+        try:
+            return (yield from self.loop(c, conn, lambda row: self.win_lease(c, conn, row, handler)))
+        finally:
+            yield Release(conn)
+
+    def win_lease(self, c, conn, row, handler):
+        c.res.generation = row.generation
+        keeper = yield StartKeeper(conn, c.ck, row.claim_id)
+        ctx = ClaimContext(row.generation, row.claim_id, c.ck, keeper)
+        try:
+            c.res.handler_ran = True
+            resp = _as_response((yield CallHandler(handler, (ctx,))))
+        except Exception:
+            yield StopKeeper(keeper)
+            yield from self.give_up(c, conn, row.claim_id, FAIL)
+            self.finish(c, "failed")
+            raise
+        yield StopKeeper(keeper)
+        yield from self.store_lease(c, conn, row, resp)
+        c.res.response = resp
+        return self.finish(c, c.res.outcome)
+
+    def store_lease(self, c, conn, row, resp):
+        action = classify(resp.status)
+        if action != FINALIZE:
+            yield from self.give_up(c, conn, row.claim_id, action)
+            c.res.outcome = "failed" if action == FAIL else "won_completed"
+            return
+        params = self.finalize_params(c, row.claim_id, resp, False)
+        for _ in range(2):
+            fresh = None
+            try:
+                target = conn
+                if conn.broken:
+                    target = fresh = yield Acquire()
+                t = yield Query(target, self.sql.finalize, params)
+            except psycopg.Error as e:
+                broken = (fresh or conn).broken
+                if fresh is not None:
+                    yield Release(fresh)
+                if not broken:
+                    c.res.error = e
+                    yield from self.give_up(c, conn, row.claim_id, RELEASE)
+                    c.res.outcome = "failed"
+                    return
+                # The finalize may have committed: read the key, never re-run.
+                state, probe = yield from self.settle(c, row.claim_id, row.generation)
+                yield Release(probe)
+                if state == "not_committed":
+                    continue
+                if state == "committed":
+                    c.res.outcome = "won_completed"
+                elif state == "lost":
+                    c.res.lease_stolen, c.res.outcome = True, "won_completed"
+                else:
+                    c.res.outcome_unknown, c.res.outcome = True, "failed"
+                return
+            if fresh is not None:
+                yield Release(fresh)
+            if not t or not t[0]:
+                c.res.lease_stolen, c.res.outcome = True, "won_completed"
+                return
+            c.res.outcome = "completed_uncacheable" if self.uncached(resp, t[1]) else "won_completed"
+            return
+        c.res.outcome = "failed"
+
+    # ---- transactions ----------------------------------------------------------------
+
+    def begin(self, conn, isolation):
+        yield Query(conn, "BEGIN")
+        if ISOLATION.get(isolation):
+            yield Query(conn, "SET TRANSACTION ISOLATION LEVEL " + ISOLATION[isolation])
+
+    def rollback_quietly(self, conn):
+        if conn is not None and not conn.broken:
+            try:
+                yield Query(conn, "ROLLBACK")
+            except psycopg.Error:
+                pass
+
+    def unguarded_tx(self, handler, isolation):
+        res = RunResult(handler_ran=True)
+        for attempt in range(1, self.cfg.transaction_attempts + 1):
+            tx = yield Acquire()
+            try:
+                yield from self.begin(tx, isolation)
+                resp = _as_response((yield CallHandler(handler, (tx, ClaimContext()))))
+                yield Query(tx, "ROLLBACK" if classify(resp.status) == FAIL else "COMMIT")
+                res.response, res.outcome = resp, "unguarded"
+                return res
+            except psycopg.Error as e:
+                yield from self.rollback_quietly(tx)
+                if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
+                    continue
+                raise
+            except Exception:
+                yield from self.rollback_quietly(tx)
+                raise
+            finally:
+                yield Release(tx)
+
+    # ---- fenced mode -------------------------------------------------------------------
+
+    def run_fenced(self, req, handler, isolation=None):
+        early, c = self.prepare(req)
+        if early is not None:
+            return early
+        if c is None:
+            return (yield from self.unguarded_tx(handler, isolation))
+        try:
+            conn = yield Acquire()
+        except psycopg.Error as e:
+            return self.unavailable(c, e)
+        try:
+            return (yield from self.loop(c, conn, lambda row: self.win_fenced(c, conn, row, handler, isolation)))
+        finally:
+            yield Release(conn)
+
+    def win_fenced(self, c, conn, row, handler, isolation):
+        c.res.generation = row.generation
+        keeper = yield StartKeeper(conn, c.ck, row.claim_id)
+        ctx = ClaimContext(row.generation, row.claim_id, c.ck, keeper)
+        todo, action, result, resp, err = "give_up", FAIL, "failed", None, None
+        for attempt in range(1, self.cfg.transaction_attempts + 1):
+            try:
+                tx = yield Acquire()
+            except psycopg.Error as e:
+                err = e
+                break
+            try:
+                yield from self.begin(tx, isolation)
+                c.res.handler_ran = True
+                resp = _as_response((yield CallHandler(handler, (tx, ctx))))
+                action = classify(resp.status)
+                if action == FAIL:
+                    yield Query(tx, "ROLLBACK")  # a failure leaves none of its writes behind
+                    break
+                if action == RELEASE:
+                    yield Query(tx, "COMMIT")
+                    result = "won_completed"
+                    break
+                # The fence: raises IL001 if the claim is no longer ours,
+                # taking the handler's writes down with it.
+                t = yield Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True))
+                yield Query(tx, "COMMIT")
+                result = "completed_uncacheable" if self.uncached(resp, t[1]) else "won_completed"
+                todo = "done"
+                break
+            except psycopg.Error as e:
+                yield from self.rollback_quietly(tx)
+                if _sqlstate(e) == "IL001":
+                    c.res.lease_stolen = True
+                    todo = "follow"
+                    break
+                if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
+                    continue
+                err, action = e, FAIL
+                break
+            except Exception as e:
+                yield from self.rollback_quietly(tx)
+                err, action = e, FAIL
+                break
+            finally:
+                yield Release(tx)
+        yield StopKeeper(keeper)
+        if todo == "give_up":
+            yield from self.give_up(c, conn, row.claim_id, action)
+        if err is not None:
+            self.finish(c, "failed")
+            raise err
+        if todo == "follow":
+            c.deadline = time.monotonic() + self.cfg.follower_wait_budget
+            return (yield from self.loop(c, conn, lambda r: self.win_fenced(c, conn, r, handler, isolation),
+                                         claim_first=False))
+        c.res.response = resp
+        return self.finish(c, result)
+
+    # ---- in-transaction mode --------------------------------------------------------
+
+    def run_in_transaction(self, req, handler, isolation=None):
+        early, c = self.prepare(req)
+        if early is not None:
+            return early
+        if c is None:
+            return (yield from self.unguarded_tx(handler, isolation))
+        try:
+            conn = yield Acquire()
+        except psycopg.Error as e:
+            return self.unavailable(c, e)
+        try:
+            return (yield from self.in_tx_loop(c, conn, handler, isolation))
+        finally:
+            yield Release(conn)
+
+    def in_tx_loop(self, c, conn, handler, isolation):
+        do_claim, wait, attempts = True, False, 0
+        while True:
+            c.iterations += 1
+            if c.iterations > self.cfg.max_iterations:
+                return self.timed_out(c)
+            in_tx = False
+            try:
+                if not do_claim:
+                    row = yield from self.lookup(c, conn)
+                else:
+                    caps = yield from self.capabilities(conn)
+                    yield from self.begin(conn, isolation)
+                    in_tx = True
+                    rem = _remaining(c.deadline)
+                    lease = _ms_text(self.cfg.lease)
+                    # Duplicates wait inside idem_begin for the first
+                    # transaction, bounded by the budget.
+                    if wait and caps[1]:
+                        t = yield Query(conn, self.sql.begin_wait,
+                                        (_lock_timeout_text(rem + 1.0), c.ck, c.rh, lease, _ms_text(rem)))
+                    else:
+                        t = yield Query(conn, self.sql.begin, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+                    row = parse_row(t)
+            except psycopg.errors.LockNotAvailable:
+                yield from self.rollback_quietly(conn)
+                if time.monotonic() >= c.deadline:
+                    return self.timed_out(c)
+                continue
+            except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as e:
+                yield from self.rollback_quietly(conn)
+                attempts += 1
+                if attempts >= self.cfg.transaction_attempts:
+                    return self.unavailable(c, e)
+                continue
+            except psycopg.Error as e:
+                if in_tx:
+                    yield from self.rollback_quietly(conn)
+                return self.unavailable(c, e)
+
+            if do_claim and row.won:
+                c.res.generation = row.generation
+                ctx = ClaimContext(row.generation, row.claim_id, c.ck)
+                try:
+                    yield Query(conn, "SAVEPOINT idem_handler")
+                    c.res.handler_ran = True
+                    resp = _as_response((yield CallHandler(handler, (conn, ctx))))
+                except Exception as e:
+                    if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
+                        attempts += 1
+                        yield from self.rollback_quietly(conn)
+                        do_claim, wait = True, False
+                        continue  # everything rolled back, the claim too: run it again
+                    # The handler raised: keep a cooldown, drop its writes.
+                    try:
+                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
+                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
+                        yield Query(conn, "COMMIT")
+                    except psycopg.Error:
+                        yield from self.rollback_quietly(conn)
+                    self.finish(c, "failed")
+                    raise
+                try:
+                    action = classify(resp.status)
+                    setting = None
+                    if action == FINALIZE:
+                        t = yield Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True))
+                        setting = t[1]
+                    elif action == RELEASE:
+                        yield Query(conn, self.sql.release, (c.ck, row.claim_id))
+                    else:
+                        # A failure keeps none of the handler's writes but keeps the cooldown.
+                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
+                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
+                    yield Query(conn, "COMMIT")
+                except psycopg.Error as e:
+                    yield from self.rollback_quietly(conn)
+                    attempts += 1
+                    if _sqlstate(e) in ("40001", "40P01") and attempts < self.cfg.transaction_attempts:
+                        do_claim, wait = True, False
+                        continue  # everything rolled back, the claim too
+                    self.finish(c, "failed")
+                    raise
+                c.res.response = resp
+                if action == FINALIZE:
+                    return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")
+                return self.finish(c, "failed" if action == FAIL else "won_completed")
+
+            if in_tx:
+                yield from self.rollback_quietly(conn)
+            n = yield from self.follow(c, row, (self.server_wait or (False, False))[1])
+            if isinstance(n, RunResult):
+                return n
+            do_claim, wait = n

@@ -1,0 +1,244 @@
+"""The asyncio runner: psycopg.AsyncConnection, a renewal task per winner."""
+
+import asyncio
+import functools
+import inspect
+
+import psycopg
+from psycopg import pq
+
+from . import _engine as e
+from .config import Config
+from .runner import RetryRequest
+
+
+class AsyncSimplePool:
+    """A small asyncio connection pool (psycopg_pool.AsyncConnectionPool works
+    as well: the runner only awaits getconn() and putconn())."""
+
+    def __init__(self, conninfo="", max_idle=16, **kwargs):
+        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, kwargs
+        self._idle = []
+
+    async def getconn(self):
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                return conn
+            await conn.close()
+        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+
+    async def putconn(self, conn):
+        if (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE
+                or len(self._idle) >= self.max_idle):
+            await conn.close()
+            return
+        self._idle.append(conn)
+
+    async def close(self):
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+
+def _pool_of(source):
+    if isinstance(source, str):
+        return AsyncSimplePool(source)
+    if hasattr(source, "getconn") and hasattr(source, "putconn"):
+        return source
+    raise TypeError("pass a conninfo string, a pg_idem.aio.AsyncSimplePool or a "
+                    "psycopg_pool.AsyncConnectionPool")
+
+
+class _Keeper:
+    """Renews the lease every renew_interval on the claim's connection while the handler runs."""
+
+    def __init__(self, engine, conn, ck, claim_id):
+        self.engine, self.conn, self.ck, self.claim_id = engine, conn, ck, claim_id
+        self.lost = False
+        self._stop = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self):
+        cfg = self.engine.cfg
+        wait = cfg.renew_interval
+        while True:
+            try:
+                await asyncio.wait_for(self._stop.wait(), wait)
+                return
+            except asyncio.TimeoutError:
+                pass
+            wait = cfg.renew_interval
+            try:
+                cur = await self.conn.execute(self.engine.sql.renew,
+                                              (self.ck, self.claim_id, e._ms_text(cfg.lease),
+                                               e._lock_timeout_text(cfg.renew_interval)))
+                t = await cur.fetchone()
+                if not t or not t[0]:
+                    self.lost = True
+                    return
+            except psycopg.Error:
+                if self.conn.broken:
+                    return
+                wait = max(0.001, cfg.renew_interval / 4)
+
+    async def stop(self):
+        self._stop.set()
+        await self._task
+
+
+class AsyncRunner:
+    """The asyncio twin of pg_idem.Runner; handlers may be coroutines."""
+
+    def __init__(self, pool, config=None):
+        self.pool = _pool_of(pool)
+        self.engine = e.Engine(config or Config())
+        self._autocommit = {}
+
+    @property
+    def config(self):
+        return self.engine.cfg
+
+    async def run(self, request, handler):
+        return await self._drive(self.engine.run(request, handler))
+
+    async def run_fenced(self, request, handler, isolation=None):
+        return await self._drive(self.engine.run_fenced(request, handler, isolation))
+
+    async def run_in_transaction(self, request, handler, isolation=None):
+        return await self._drive(self.engine.run_in_transaction(request, handler, isolation))
+
+    def idempotent(self, mode="lease", isolation=None):
+        """Decorator, as pg_idem.Runner.idempotent, for async functions."""
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+
+        def wrap(fn):
+            @functools.wraps(fn)
+            async def call(request):
+                if mode == "lease":
+                    return await self.run(request, lambda claim: fn(request, claim))
+                h = lambda conn, claim: fn(request, conn, claim)  # noqa: E731
+                if mode == "fenced":
+                    return await self.run_fenced(request, h, isolation)
+                return await self.run_in_transaction(request, h, isolation)
+            return call
+        return wrap
+
+    async def _acquire(self):
+        conn = await self.pool.getconn()
+        try:
+            if not conn.autocommit:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    await conn.rollback()
+                await conn.set_autocommit(True)
+                self._autocommit[id(conn)] = True
+        except BaseException:
+            await self.pool.putconn(conn)
+            raise
+        return conn
+
+    async def _release(self, conn):
+        try:
+            if not conn.broken and not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                await conn.execute("ROLLBACK")
+            if self._autocommit.pop(id(conn), False) and not conn.closed:
+                await conn.set_autocommit(False)
+        except psycopg.Error:
+            pass
+        await self.pool.putconn(conn)
+
+    async def _do(self, op):
+        if isinstance(op, e.Query):
+            cur = await op.conn.execute(op.sql, op.params)
+            return (await cur.fetchone()) if cur.description else None
+        if isinstance(op, e.Acquire):
+            return await self._acquire()
+        if isinstance(op, e.Release):
+            return await self._release(op.conn)
+        if isinstance(op, e.Sleep):
+            return await asyncio.sleep(op.seconds)
+        if isinstance(op, e.CallHandler):
+            value = op.fn(*op.args)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        if isinstance(op, e.StartKeeper):
+            return _Keeper(self.engine, op.conn, op.cache_key, op.claim_id)
+        if isinstance(op, e.StopKeeper):
+            return await op.keeper.stop()
+        raise AssertionError(op)
+
+    async def _advance(self, gen, value=None, error=None, stop_at_handler=False):
+        while True:
+            try:
+                op = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                return "done", stop.value
+            if stop_at_handler and isinstance(op, e.CallHandler):
+                return "handler", op
+            value, error = None, None
+            try:
+                value = await self._do(op)
+            except Exception as exc:
+                error = exc
+
+    async def _drive(self, gen):
+        return (await self._advance(gen))[1]
+
+    def claim(self, request, mode="lease", isolation=None):
+        """`async with runner.claim(req, mode=...) as c:` — as pg_idem.Runner.claim."""
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+        if mode == "lease":
+            return _AsyncClaimScope(self, self.engine.run(request, None))
+        if mode == "fenced":
+            return _AsyncClaimScope(self, self.engine.run_fenced(request, None, isolation))
+        return _AsyncClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+
+
+class _AsyncClaimScope:
+    """Drives the protocol up to the handler, lets the async with block be it, then finishes."""
+
+    def __init__(self, runner, gen):
+        self._runner, self._gen = runner, gen
+        self.answer = self.result = self.claim = self.conn = None
+        self._response = None
+        self._open = False
+
+    def respond(self, response):
+        self._response = response
+
+    async def __aenter__(self):
+        kind, value = await self._runner._advance(self._gen, stop_at_handler=True)
+        if kind == "done":
+            self.result, self.answer = value, value.response
+            return self
+        self._open = True
+        if len(value.args) == 1:
+            self.claim = value.args[0]
+        else:
+            self.conn, self.claim = value.args
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        if not self._open:
+            return False
+        if exc is not None:
+            kind, v = "error", exc
+        elif self._response is None:
+            kind, v = "error", TypeError("the async with block of AsyncRunner.claim did not call respond()")
+        else:
+            kind, v = "value", self._response
+        while True:
+            try:
+                out = await self._runner._advance(self._gen, value=v if kind == "value" else None,
+                                                  error=v if kind == "error" else None, stop_at_handler=True)
+            except BaseException as raised:
+                if raised is exc:
+                    return False
+                raise
+            if out[0] == "done":
+                self.result = out[1]
+                return False
+            kind, v = "error", RetryRequest("the request must run again (retry it with the same key)")

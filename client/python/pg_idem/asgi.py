@@ -1,0 +1,122 @@
+"""Pure ASGI middleware (Starlette, FastAPI): one line makes an app idempotent.
+
+    app.add_middleware(IdempotencyMiddleware, dsn="dbname=app", principal=header("x-user"))
+
+Requests with an unsafe method (POST, PATCH by default) and an
+Idempotency-Key run the app once per key; duplicates get the stored
+response with Idempotent-Replayed: true, or an RFC 9457 problem. Requests
+without a key pass through unguarded (or get 400 with key_required=True).
+The response is buffered (no streaming) so that it can be stored.
+"""
+
+from .aio import AsyncRunner
+from .config import Config
+from ._engine import Request
+from .http import Response
+
+CLAIM = "pg_idem.claim"   # scope key: the ClaimContext the app runs under
+CONN = "pg_idem.conn"     # scope key: the transaction's connection (fenced, in_transaction)
+
+
+def header(name):
+    """A principal function that reads a request header (e.g. set by an auth proxy)."""
+    raw = name.lower().encode("latin-1")
+
+    def principal(scope):
+        for k, v in scope.get("headers", ()):
+            if k == raw:
+                return v.decode("latin-1")
+        return ""
+    return principal
+
+
+def authenticated_user(scope):
+    """The principal of Starlette's AuthenticationMiddleware: scope["user"].identity."""
+    user = scope.get("user")
+    identity = getattr(user, "identity", None) if user is not None else None
+    if not identity:
+        raise LookupError("pg_idem: no authenticated user in scope (AuthenticationMiddleware must run first)")
+    return str(identity)
+
+
+class IdempotencyMiddleware:
+    """runner: an AsyncRunner (or dsn= / pool= with config=); principal(scope) ->
+    the authenticated actor (required: without it one user's key would replay
+    another's response); mode "lease" (default), "fenced" or "in_transaction"
+    (the app finds the transaction's AsyncConnection in scope["pg_idem.conn"])."""
+
+    def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
+                 methods=("POST", "PATCH"), mode="lease", key_required=False):
+        if runner is None:
+            if pool is None and dsn is None:
+                raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
+            runner = AsyncRunner(pool if pool is not None else dsn, config or Config())
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+        self.app, self.runner, self.mode = app, runner, mode
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal=: the authenticated actor is part of the key "
+                            "(header(name), authenticated_user, or lambda scope: '' for a service without users)")
+        self.principal = principal
+        self.methods = frozenset(m.upper() for m in methods)
+        self.key_required = key_required
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"].upper() not in self.methods:
+            return await self.app(scope, receive, send)
+        keys = [v for k, v in scope.get("headers", ()) if k.lower() == b"idempotency-key"]
+        if not keys and not self.key_required:
+            return await self.app(scope, receive, send)
+
+        limit = self.runner.config.max_request_body_bytes
+        chunks, size, more = [], 0, True
+        while more and size <= limit:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        target = scope.get("raw_path") or scope.get("path", "/").encode("utf-8")
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
+        req = Request(self.principal(scope), scope["method"].upper(), target.decode("latin-1"),
+                      keys, body, self.key_required)
+
+        async def call_app(claim, conn=None):
+            sent = []
+            delivered = False
+
+            async def replay_receive():
+                nonlocal delivered
+                if not delivered:
+                    delivered = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            async def capture(message):
+                sent.append(message)
+
+            inner = dict(scope)
+            inner[CLAIM] = claim
+            if conn is not None:
+                inner[CONN] = conn
+            await self.app(inner, replay_receive, capture)
+            start = next((m for m in sent if m["type"] == "http.response.start"), None)
+            if start is None:
+                return Response(500, [], b"")
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in start.get("headers", ())]
+            data = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+            return Response(start["status"], headers, data)
+
+        if self.mode == "lease":
+            result = await self.runner.run(req, call_app)
+        elif self.mode == "fenced":
+            result = await self.runner.run_fenced(req, lambda conn, claim: call_app(claim, conn))
+        else:
+            result = await self.runner.run_in_transaction(req, lambda conn, claim: call_app(claim, conn))
+        r = result.response
+        await send({"type": "http.response.start", "status": r.status,
+                    "headers": [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in r.headers]})
+        await send({"type": "http.response.body", "body": r.body})

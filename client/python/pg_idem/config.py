@@ -1,0 +1,109 @@
+"""The runner's configuration, validated when it is made (the C++ client's defaults)."""
+
+import dataclasses
+import re
+
+from .http import is_never_stored
+
+IETF = "ietf"
+SEED = "seed"
+_TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
+
+
+class ConfigError(ValueError):
+    """A setting is out of range; the message names it."""
+
+
+def _ms(v):
+    return "%g ms" % (v * 1000.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Durations are in seconds (floats). ``Config()`` is valid as it is.
+
+    lease                         claim lifetime without renewal (30 s)
+    renew_interval                renewal period, < lease (default lease / 3)
+    follower_wait_budget          how long a duplicate waits for the winner (5 s)
+    poll_min, poll_max, poll_jitter  fallback polling backoff (50 ms, 1 s, 0.25)
+    retry_after                   Retry-After of in-progress answers (1 s)
+    failure_cooldown              cooldown after 5xx/408/429 (2 s)
+    max_request_body_bytes        larger requests get 413 (1 MiB)
+    max_cacheable_response_bytes  larger responses are stored not replayable (2 MiB)
+    max_iterations                cap on claim/wait rounds per request (100)
+    transaction_attempts          tries of a fenced/in-transaction handler on 40001/40P01 (3)
+    profile                       "ietf" or "seed" status codes
+    replay_headers                added to the replay allowlist
+    schema                        schema of the pg_idem functions (None: search_path)
+    server_wait                   None: use idem_claim(..., max_wait) when the server
+                                  has it; False: always poll
+    """
+
+    lease: float = 30.0
+    renew_interval: float = None
+    follower_wait_budget: float = 5.0
+    poll_min: float = 0.05
+    poll_max: float = 1.0
+    poll_jitter: float = 0.25
+    retry_after: float = 1.0
+    failure_cooldown: float = 2.0
+    max_request_body_bytes: int = 1024 * 1024
+    max_cacheable_response_bytes: int = 2 * 1024 * 1024
+    max_iterations: int = 100
+    transaction_attempts: int = 3
+    profile: str = IETF
+    replay_headers: tuple = ()
+    schema: str = None
+    server_wait: bool = None
+
+    def __post_init__(self):
+        set_ = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731
+        if self.renew_interval is None and _is_number(self.lease):
+            set_("renew_interval", max(0.001, self.lease / 3.0))
+        set_("replay_headers", tuple(str(h).lower() for h in (self.replay_headers or ())))
+        self._check()
+
+    def _check(self):
+        for name in ("lease", "renew_interval", "follower_wait_budget", "poll_min",
+                     "poll_max", "retry_after", "failure_cooldown", "poll_jitter"):
+            if not _is_number(getattr(self, name)):
+                raise ConfigError("pg_idem.Config: %s must be a number of seconds" % name)
+        for name in ("lease", "renew_interval", "follower_wait_budget", "poll_min",
+                     "poll_max", "retry_after", "failure_cooldown"):
+            v = getattr(self, name)
+            if v <= 0:
+                raise ConfigError("pg_idem.Config: %s must be positive (got %s)" % (name, _ms(v)))
+        if self.lease < 0.010:
+            raise ConfigError("pg_idem.Config: lease must be at least 10 ms (got %s)" % _ms(self.lease))
+        if self.lease > 24 * 3600:
+            raise ConfigError("pg_idem.Config: lease must be at most 24 hours (got %s)" % _ms(self.lease))
+        if self.renew_interval >= self.lease:
+            raise ConfigError("pg_idem.Config: renew_interval (%s) must be shorter than lease (%s)"
+                              % (_ms(self.renew_interval), _ms(self.lease)))
+        if self.poll_min > self.poll_max:
+            raise ConfigError("pg_idem.Config: poll_min (%s) must not exceed poll_max (%s)"
+                              % (_ms(self.poll_min), _ms(self.poll_max)))
+        if not 0.0 <= self.poll_jitter < 1.0:
+            raise ConfigError("pg_idem.Config: poll_jitter must be in [0, 1) (got %r)" % self.poll_jitter)
+        for name in ("max_request_body_bytes", "max_cacheable_response_bytes", "max_iterations",
+                     "transaction_attempts"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConfigError("pg_idem.Config: %s must be a positive integer (got %r)" % (name, v))
+        if self.profile not in (IETF, SEED):
+            raise ConfigError("pg_idem.Config: profile must be 'ietf' or 'seed' (got %r)" % (self.profile,))
+        for h in self.replay_headers:
+            if not _TOKEN.match(h):
+                raise ConfigError('pg_idem.Config: replay header "%s" is not a valid header name' % h)
+            if is_never_stored(h):
+                raise ConfigError('pg_idem.Config: replay header "%s" carries credentials or '
+                                  "session state and is never stored" % h)
+        if self.schema is not None and (not isinstance(self.schema, str) or "\x00" in self.schema
+                                        or not self.schema):
+            raise ConfigError("pg_idem.Config: schema must be a non-empty name without NUL")
+        if self.server_wait not in (None, False, True):
+            raise ConfigError("pg_idem.Config: server_wait must be None, True or False")
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v

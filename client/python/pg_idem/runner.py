@@ -1,0 +1,296 @@
+"""The blocking runner: psycopg.Connection, a renewal thread per winner."""
+
+import functools
+import inspect
+import threading
+
+import psycopg
+from psycopg import pq
+
+from . import _engine as e
+from .config import Config
+
+
+class SimplePool:
+    """A small connection pool (psycopg_pool.ConnectionPool works as well:
+    the runner only calls getconn() and putconn()).
+
+    Connections are opened on demand in autocommit and kept up to max_idle."""
+
+    def __init__(self, conninfo="", max_idle=16, **kwargs):
+        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, kwargs
+        self._idle, self._lock = [], threading.Lock()
+
+    def getconn(self):
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                    return conn
+                conn.close()
+        return psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
+
+    def putconn(self, conn):
+        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            conn.close()
+            return
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def connection(self):
+        """`with pool.connection() as conn:` for the application's own queries."""
+        pool = self
+
+        class _Ctx:
+            def __enter__(self):
+                self.conn = pool.getconn()
+                return self.conn
+
+            def __exit__(self, *exc):
+                pool.putconn(self.conn)
+
+        return _Ctx()
+
+    def close(self):
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _pool_of(source):
+    if isinstance(source, str):
+        return SimplePool(source)
+    if hasattr(source, "getconn") and hasattr(source, "putconn"):
+        return source
+    raise TypeError("pass a conninfo string, a pg_idem.SimplePool or a psycopg_pool.ConnectionPool")
+
+
+class _Keeper:
+    """Renews the winner's lease every renew_interval on the claim's own
+    connection while the handler runs; stops once the claim is lost."""
+
+    def __init__(self, engine, conn, ck, claim_id):
+        self.engine, self.conn, self.ck, self.claim_id = engine, conn, ck, claim_id
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pg_idem-renew", daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        cfg = self.engine.cfg
+        wait = cfg.renew_interval
+        while not self._stop.wait(wait):
+            wait = cfg.renew_interval
+            try:
+                t = self.conn.execute(self.engine.sql.renew,
+                                      (self.ck, self.claim_id, e._ms_text(cfg.lease),
+                                       e._lock_timeout_text(cfg.renew_interval))).fetchone()
+                if not t or not t[0]:
+                    self.lost = True  # taken over: stop renewing
+                    return
+            except psycopg.Error:
+                if self.conn.broken:
+                    return
+                wait = max(0.001, cfg.renew_interval / 4)  # e.g. lock_timeout: sooner, not in a tight loop
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
+class Runner:
+    """Runs a handler once per Idempotency-Key. Thread safe: share one per pool.
+
+        runner = Runner(pool, Config(lease=10, follower_wait_budget=2))
+        result = runner.run(Request("user-17", "POST", "/payments", [key], body),
+                            lambda claim: Response(201, [("Content-Type", "application/json")], b"{}"))
+    """
+
+    def __init__(self, pool, config=None):
+        self.pool = _pool_of(pool)
+        self.engine = e.Engine(config or Config())
+        self._autocommit = {}
+
+    @property
+    def config(self):
+        return self.engine.cfg
+
+    def run(self, request, handler):
+        """Lease mode: handler(claim) -> Response, with no transaction open."""
+        return self._drive(self.engine.run(request, handler))
+
+    def run_fenced(self, request, handler, isolation=None):
+        """Claim first; handler(conn, claim) runs in a transaction on a second
+        connection, in which the response is stored, fenced by the claim."""
+        return self._drive(self.engine.run_fenced(request, handler, isolation))
+
+    def run_in_transaction(self, request, handler, isolation=None):
+        """BEGIN; idem_begin; handler(conn, claim); idem_finalize; COMMIT."""
+        return self._drive(self.engine.run_in_transaction(request, handler, isolation))
+
+    def idempotent(self, mode="lease", isolation=None):
+        """Decorator: f(request, claim) for mode="lease", f(request, conn, claim)
+        for "fenced" and "in_transaction"; the wrapped function takes the
+        pg_idem.Request and returns the RunResult."""
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+
+        def wrap(fn):
+            @functools.wraps(fn)
+            def call(request):
+                if mode == "lease":
+                    return self.run(request, lambda claim: fn(request, claim))
+                h = lambda conn, claim: fn(request, conn, claim)  # noqa: E731
+                if mode == "fenced":
+                    return self.run_fenced(request, h, isolation)
+                return self.run_in_transaction(request, h, isolation)
+            return call
+        return wrap
+
+    # ---- the driver ------------------------------------------------------------------
+
+    def _acquire(self):
+        conn = self.pool.getconn()
+        try:
+            if not conn.autocommit:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    conn.rollback()
+                conn.autocommit = True
+                self._autocommit[id(conn)] = True
+        except BaseException:
+            self.pool.putconn(conn)
+            raise
+        return conn
+
+    def _release(self, conn):
+        try:
+            if not conn.broken and not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            if self._autocommit.pop(id(conn), False) and not conn.closed:
+                conn.autocommit = False
+        except psycopg.Error:
+            pass
+        self.pool.putconn(conn)
+
+    def _do(self, op):
+        if isinstance(op, e.Query):
+            cur = op.conn.execute(op.sql, op.params)
+            return cur.fetchone() if cur.description else None
+        if isinstance(op, e.Acquire):
+            return self._acquire()
+        if isinstance(op, e.Release):
+            return self._release(op.conn)
+        if isinstance(op, e.Sleep):
+            threading.Event().wait(op.seconds)
+            return None
+        if isinstance(op, e.CallHandler):
+            value = op.fn(*op.args)
+            if inspect.isawaitable(value):
+                raise TypeError("an async handler needs pg_idem.aio.AsyncRunner")
+            return value
+        if isinstance(op, e.StartKeeper):
+            return _Keeper(self.engine, op.conn, op.cache_key, op.claim_id)
+        if isinstance(op, e.StopKeeper):
+            return op.keeper.stop()
+        raise AssertionError(op)
+
+    def _advance(self, gen, value=None, error=None, stop_at_handler=False):
+        """Runs the protocol's I/O until it ends ("done", result) or, with
+        stop_at_handler, until it asks for the handler ("handler", op)."""
+        while True:
+            try:
+                op = gen.throw(error) if error is not None else gen.send(value)
+            except StopIteration as stop:
+                return "done", stop.value
+            if stop_at_handler and isinstance(op, e.CallHandler):
+                return "handler", op
+            value, error = None, None
+            try:
+                value = self._do(op)
+            except Exception as exc:  # handed to the protocol, which decides
+                error = exc
+
+    def _drive(self, gen):
+        return self._advance(gen)[1]
+
+    def claim(self, request, mode="lease", isolation=None):
+        """Context manager form of the three modes: the with block is the handler.
+
+            with runner.claim(req, mode="fenced") as c:
+                if c.answer is None:          # we won: run, then respond
+                    c.conn.execute(...)       # fenced / in_transaction: the transaction
+                    c.respond(Response(201, [], b"paid"))
+            send(c.result.response)
+
+        c.answer is the response to send when the block must not run (a
+        replay, a problem); c.result is the RunResult after the block. An
+        exception in the block puts the key in cooldown and propagates. The
+        block runs at most once: where run_fenced / run_in_transaction would
+        run the handler again (a 40001 retry, a claim won again after a
+        steal), RetryRequest is raised instead."""
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+        if mode == "lease":
+            return _ClaimScope(self, self.engine.run(request, None))
+        if mode == "fenced":
+            return _ClaimScope(self, self.engine.run_fenced(request, None, isolation))
+        return _ClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+
+
+class RetryRequest(RuntimeError):
+    """The with block of Runner.claim would have to run a second time."""
+
+
+class _ClaimScope:
+    """Drives the protocol up to the handler, lets the with block be it, then finishes."""
+
+    def __init__(self, runner, gen):
+        self._runner, self._gen = runner, gen
+        self.answer = self.result = self.claim = self.conn = None
+        self._response = None
+        self._open = False
+
+    def respond(self, response):
+        self._response = response
+
+    def _enter(self, state):
+        kind, value = state
+        if kind == "done":
+            self.result, self.answer = value, value.response
+            return self
+        self._open = True
+        if len(value.args) == 1:
+            self.claim = value.args[0]
+        else:
+            self.conn, self.claim = value.args
+        return self
+
+    def __enter__(self):
+        return self._enter(self._runner._advance(self._gen, stop_at_handler=True))
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._open:
+            return False
+        if exc is not None:
+            state = ("error", exc)
+        elif self._response is None:
+            state = ("error", TypeError("the with block of Runner.claim did not call respond()"))
+        else:
+            state = ("value", self._response)
+        while True:
+            kind, v = state
+            try:
+                out = self._runner._advance(self._gen, value=v if kind == "value" else None,
+                                            error=v if kind == "error" else None, stop_at_handler=True)
+            except BaseException as raised:
+                if raised is exc:
+                    return False  # the block's own exception: let it go on
+                raise
+            if out[0] == "done":
+                self.result = out[1]
+                return False
+            state = ("error", RetryRequest("the request must run again (retry it with the same key)"))

@@ -1,0 +1,110 @@
+"""WSGI middleware (Flask, any WSGI app): one line makes an app idempotent.
+
+    app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, dsn="dbname=app", principal=header("X-User"))
+
+WSGI servers join repeated header fields into one value (PEP 3333), so a
+repeated Idempotency-Key arrives as one key "a, b" here and is used as it
+is; the ASGI middleware and the other clients refuse it with 400.
+"""
+
+import http
+import io
+
+from .config import Config
+from ._engine import Request
+from .http import Response
+from .runner import Runner
+
+CLAIM = "pg_idem.claim"
+CONN = "pg_idem.conn"
+
+
+def header(name):
+    """A principal function that reads a request header."""
+    env = "HTTP_" + name.upper().replace("-", "_")
+    return lambda environ: environ.get(env, "")
+
+
+def remote_user(environ):
+    """The principal a WSGI server or an auth middleware put in REMOTE_USER."""
+    user = environ.get("REMOTE_USER")
+    if not user:
+        raise LookupError("pg_idem: REMOTE_USER is not set")
+    return user
+
+
+class IdempotencyMiddleware:
+    """As pg_idem.asgi.IdempotencyMiddleware, with a blocking Runner; the
+    claim is environ["pg_idem.claim"], the transaction's connection (fenced,
+    in_transaction) environ["pg_idem.conn"]."""
+
+    def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
+                 methods=("POST", "PATCH"), mode="lease", key_required=False):
+        if runner is None:
+            if pool is None and dsn is None:
+                raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
+            runner = Runner(pool if pool is not None else dsn, config or Config())
+        if mode not in ("lease", "fenced", "in_transaction"):
+            raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
+        self.app, self.runner, self.mode = app, runner, mode
+        if principal is None:
+            raise TypeError("IdempotencyMiddleware needs principal=: the authenticated actor is part of the key "
+                            "(header(name), remote_user, or lambda environ: '' for a service without users)")
+        self.principal = principal
+        self.methods = frozenset(m.upper() for m in methods)
+        self.key_required = key_required
+
+    def __call__(self, environ, start_response):
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        if method not in self.methods:
+            return self.app(environ, start_response)
+        raw_key = environ.get("HTTP_IDEMPOTENCY_KEY")
+        if raw_key is None and not self.key_required:
+            return self.app(environ, start_response)
+        keys = [] if raw_key is None else [raw_key.encode("latin-1")]  # PEP 3333: bytes as latin-1
+        limit = self.runner.config.max_request_body_bytes
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        body = environ["wsgi.input"].read(min(length, limit + 1)) if length > 0 else b""
+        target = (environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/"
+        if environ.get("QUERY_STRING"):
+            target += "?" + environ["QUERY_STRING"]
+        req = Request(self.principal(environ), method, target, keys, body, self.key_required)
+
+        def call_app(claim, conn=None):
+            inner = dict(environ)
+            inner["wsgi.input"] = io.BytesIO(body)
+            inner["CONTENT_LENGTH"] = str(len(body))
+            inner[CLAIM] = claim
+            if conn is not None:
+                inner[CONN] = conn
+            got = {}
+
+            def capture(status, headers, exc_info=None):
+                got["status"], got["headers"] = status, headers
+                return lambda data: got.setdefault("written", []).append(data)
+
+            it = self.app(inner, capture)
+            try:
+                data = b"".join(it)
+            finally:
+                if hasattr(it, "close"):
+                    it.close()
+            data = b"".join(got.get("written", [])) + data
+            return Response(int(got["status"].split(" ", 1)[0]), list(got["headers"]), data)
+
+        if self.mode == "lease":
+            result = self.runner.run(req, call_app)
+        elif self.mode == "fenced":
+            result = self.runner.run_fenced(req, lambda conn, claim: call_app(claim, conn))
+        else:
+            result = self.runner.run_in_transaction(req, lambda conn, claim: call_app(claim, conn))
+        r = result.response
+        try:
+            phrase = http.HTTPStatus(r.status).phrase
+        except ValueError:
+            phrase = ""
+        start_response("%d %s" % (r.status, phrase), list(r.headers))
+        return [r.body]

@@ -1,0 +1,88 @@
+"""Behind PgBouncer in transaction mode (two server connections for many
+clients): no session state, prepare_threshold=None, every mode works."""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+
+from pg_idem import Config, Request, Response, Runner, SimplePool
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def bouncer(dsn):
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    params = dict(p.split("=", 1) for p in dsn.split())
+    d = tempfile.mkdtemp(prefix="pg_idem.bouncer.")
+    port = free_port()
+    with open(os.path.join(d, "pgbouncer.ini"), "w") as f:
+        f.write("[databases]\n")
+        f.write("%s = host=%s port=%s dbname=%s user=%s\n" % (params["dbname"], params["host"], params["port"],
+                                                             params["dbname"], params.get("user", "postgres")))
+        f.write("[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = %d\nunix_socket_dir =\n"
+                "auth_type = any\npool_mode = transaction\ndefault_pool_size = 2\nmax_client_conn = 100\n"
+                "logfile = %s/pgbouncer.log\npidfile = %s/pgbouncer.pid\n" % (port, d, d))
+    proc = subprocess.Popen([binary, os.path.join(d, "pgbouncer.ini")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    url = "host=127.0.0.1 port=%d dbname=%s user=%s" % (port, params["dbname"], params.get("user", "postgres"))
+    for _ in range(100):
+        try:
+            psycopg.connect(url, connect_timeout=1).close()
+            break
+        except psycopg.OperationalError:
+            if proc.poll() is not None:
+                pytest.fail("pgbouncer did not start: %s" % proc.stderr.read().decode())
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def req(k, target="/bouncer"):
+    return Request("alice", "POST", target, [k], b"{}")
+
+
+def test_every_mode_behind_a_transaction_pooler(bouncer, db):
+    pool = SimplePool(bouncer, prepare_threshold=None)
+    runner = Runner(pool, Config(lease=0.3, follower_wait_budget=5))
+    k = str(uuid.uuid4())
+    runs, results = [], [None] * 10
+
+    def handler(claim):
+        runs.append(1)
+        time.sleep(0.8)  # renewed twice, each renewal on whichever server connection is free
+        return Response(201, [], b"bounced")
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, runner.run(req(k), handler)))
+               for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 1 and sum(r.replayed for r in results) == 9
+    assert not any(r.lease_stolen for r in results)
+
+    for mode in ("run_fenced", "run_in_transaction"):
+        k2 = str(uuid.uuid4())
+
+        def pay(tx, claim, k2=k2):
+            tx.execute("INSERT INTO effects VALUES (%s, %s, 'bouncer')", (k2, claim.generation))
+            return Response(201, [], b"paid")
+        for _ in range(8):  # past psycopg's prepare threshold of 5
+            r = getattr(runner, mode)(req(k2), pay)
+            assert r.response.status == 201
+        assert db.execute("SELECT count(*) FROM effects WHERE k = %s", (k2,)).fetchone()[0] == 1
+    pool.close()
