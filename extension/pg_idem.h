@@ -115,6 +115,7 @@ extern Interval *idem_lease_argument(FunctionCallInfo fcinfo, int argno,
 									 const char *what, bool allow_zero,
 									 int default_ms);
 extern Interval *idem_ms_interval(int64 ms);
+extern char *idem_format_ms(int64 ms);
 
 /* Argument checks shared by every SQL-callable function (settings.c). */
 extern void idem_require_arg(FunctionCallInfo fcinfo, int argno, const char *name);

@@ -105,5 +105,15 @@ ok($node->poll_query_until('app_c', 'SELECT count(*) = 0 FROM public.idem_keys')
 my ($ret, $stdout, $stderr) = $node->psql('postgres', q{ALTER SYSTEM SET idem.database = '"unterminated'});
 like($stderr, qr/invalid value for parameter "idem.database"/, 'a malformed idem.database is refused');
 
+# --- Settings refused at reload: idem.lease above idem.max_lease is
+# reported and the old value kept (sql/settings.sql covers SET and
+# ALTER ROLE/SYSTEM).
+$log_offset = -s $node->logfile;
+$node->append_conf('postgresql.conf', "idem.lease = '2h'");
+$node->reload;
+$node->wait_for_log(qr/idem\.lease must be between 1ms and idem\.max_lease \(1h\)/, $log_offset);
+ok(1, 'reload: idem.lease = 2h is refused with the range in the message');
+is($node->safe_psql('postgres', 'SHOW idem.lease'), '30s', 'reload: the old value is kept');
+
 $node->stop;
 done_testing();
