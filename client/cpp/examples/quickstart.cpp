@@ -13,6 +13,8 @@
 // run's answers are replays), 1 otherwise, with the database error.
 #include <idem/runner.hpp>
 
+#include "prometheus_metrics.hpp"
+
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -58,11 +60,13 @@ int main(int argc, char **argv)
 
     // Connections come from the application: its pool, or this small one.
     idem::simple_pool pool(argv[1]);
+    prometheus_metrics metrics;                                // counters for your /metrics endpoint
     idem::runner run(pool, idem::config::builder()
                                .lease(10s)                     // renewed every lease/3 while the handler runs
                                .follower_wait_budget(2s)       // how long a duplicate waits for the first
                                .replay_header("X-Request-Id")  // replayed besides the default allowlist
-                               .build());
+                               .build(),
+                     &metrics);
 
     // What the HTTP layer extracted from the incoming request.
     const std::string body = R"({"amount": 42, "currency": "EUR"})";
@@ -101,5 +105,6 @@ int main(int argc, char **argv)
                          "  CREATE TABLE quickstart_payments (amount int, generation bigint);\n"
                          "  GRANT INSERT ON quickstart_payments TO <this role>;\n");
     }
+    std::printf("%s", metrics.render().c_str());
     return ok ? 0 : 1;
 }

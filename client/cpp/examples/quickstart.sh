@@ -58,9 +58,11 @@ admin -d "$ADMIN dbname=idem_quickstart" -c "CREATE EXTENSION pg_idem" \
 "$BIN" "$APP" >"$OUT/run.1" 2>&1 || fail "first run exited $?"
 grep -qx 'lease mode: 201 {"id": 1, "generation": [0-9]*}' "$OUT/run.1" || fail "first run, lease mode"
 grep -qx 'in-transaction: 201 {"id": 2}' "$OUT/run.1" || fail "first run, in-transaction"
+grep -qx 'idem_client_requests_total{outcome="won_completed"} 2' "$OUT/run.1" || fail "first run, metrics"
 "$BIN" "$APP" >"$OUT/run.2" 2>&1 || fail "second run exited $?"
 grep -qx 'lease mode: 201 .* (replayed)' "$OUT/run.2" || fail "second run, lease mode not replayed"
 grep -qx 'in-transaction: 201 {"id": 2} (replayed)' "$OUT/run.2" || fail "second run, in-transaction not replayed"
+grep -qx 'idem_client_requests_total{outcome="replay"} 2' "$OUT/run.2" || fail "second run, metrics"
 rows=$("$PSQL" -X -At -d "$ADMIN dbname=idem_quickstart" -c "SELECT count(*) FROM quickstart_payments")
 [ "$rows" = 1 ] || fail "$rows payment rows, expected 1"
 
@@ -69,5 +71,6 @@ if "$BIN" "$ADMIN dbname=idem_quickstart_bare user=idem_quickstart_app" >"$OUT/r
     fail "the run against a database without pg_idem succeeded"
 fi
 grep -q 'error: .*idem_' "$OUT/run.bare" || fail "no database error printed without pg_idem"
+sed "s/^/  without pg_idem: /" "$OUT/run.bare" | grep -v ": idem_client_\|: #"
 echo "quickstart.sh: ok"
-cat "$OUT/run.1" "$OUT/run.2"
+grep -hv '^idem_client\|^#' "$OUT/run.1" "$OUT/run.2"
