@@ -38,7 +38,7 @@ def claim_waits_in_server(conn):
     ).fetchone()[0]
 
 
-def handle_payment(principal, idempotency_key, body, charges, fail=False):
+def handle_payment(principal, idempotency_key, body, charges, fail=False, keep_response=True):
     """One HTTP request: (status, body, headers). The handler runs once per key."""
     problem = lambda title: json.dumps({"title": title}).encode()
     with psycopg.connect(DSN, autocommit=True) as conn:
@@ -71,6 +71,9 @@ def handle_payment(principal, idempotency_key, body, charges, fail=False):
                     return 502, problem("payment provider refused"), {}
                 # Fenced mode: the effect and the finalize commit together.
                 with conn.transaction():
+                    if not keep_response:
+                        # As if the response were over idem.max_response_bytes.
+                        conn.execute("SET LOCAL idem.max_response_bytes = 0")
                     charges.append(json.loads(body))
                     payment_id = conn.execute(
                         "INSERT INTO example_payments (key, amount) VALUES (%s, %s) RETURNING id",
@@ -124,29 +127,37 @@ def main():
     replays = sum(1 for r in results if r[2].get("Idempotent-Replayed"))
     retry = handle_payment("alice", key, body, charges)
     other = handle_payment("alice", key, b'{"amount": 999}', charges)
+    first_charges = len(charges)
 
     # A failing handler: the retry within the cooldown is not run again.
     failing_key = f"py-failing-{run}"
     failed = handle_payment("alice", failing_key, body, charges, fail=True)
     cooling = handle_payment("alice", failing_key, body, charges)
 
+    # A response too large to keep: the request ran once, its retry is told so.
+    large_key = f"py-large-{run}"
+    large = handle_payment("alice", large_key, body, charges, keep_response=False)
+    large_retry = handle_payment("alice", large_key, body, charges)
+
     with psycopg.connect(DSN) as conn:
-        rows = conn.execute("SELECT count(*) FROM example_payments WHERE key IN (%s, %s)",
-                            (key, failing_key)).fetchone()[0]
+        rows = conn.execute("SELECT count(*) FROM example_payments WHERE key IN (%s, %s, %s)",
+                            (key, failing_key, large_key)).fetchone()[0]
 
     print(f"8 concurrent requests: statuses {sorted(statuses)}, "
-          f"{len(bodies)} distinct body, {replays} replays, {len(charges)} charge")
+          f"{len(bodies)} distinct body, {replays} replays, {first_charges} charge")
     print(f"retry: status {retry[0]}, replayed={bool(retry[2])}, body {retry[1].decode()}")
     print(f"same key, another body: status {other[0]}")
     print(f"failing handler: status {failed[0]}; retry at once: status {cooling[0]},"
           f" Retry-After {cooling[2].get('Retry-After')}")
-    print(f"payments table: {rows} row of this run")
+    print(f"response not kept: status {large[0]}; its retry: status {large_retry[0]}")
+    print(f"payments table: {rows} rows of this run")
 
     ok = (statuses == {201} and len(bodies) == 1 and replays == 7
-          and len(charges) == expected_charges
+          and first_charges == expected_charges and len(charges) == first_charges + 1
           and retry[0] == 201 and retry[1] == results[0][1] and retry[2]
           and other[0] == 422 and failed[0] == 502
-          and cooling[0] == 503 and "Retry-After" in cooling[2] and rows == 1)
+          and cooling[0] == 503 and "Retry-After" in cooling[2]
+          and large[0] == 201 and large_retry[0] == 409 and rows == 2)
     print("python example:", "ok" if ok else "FAILED")
     raise SystemExit(0 if ok else 1)
 
