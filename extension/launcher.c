@@ -167,6 +167,48 @@ serve_database(const LauncherDatabase *db)
 	return true;
 }
 
+/*
+ * Say once per value of idem.database which of its names match no database
+ * a pass can visit: a typo would otherwise leave a database uncleaned
+ * without a word.
+ */
+static void
+report_unknown_names(List *databases)
+{
+	static char *reported_for = NULL;
+	char	   *copy;
+	List	   *names;
+	ListCell   *lc;
+
+	if (idem_database == NULL || idem_database[0] == '\0' ||
+		(reported_for != NULL && strcmp(reported_for, idem_database) == 0))
+		return;
+	if (reported_for != NULL)
+		pfree(reported_for);
+	reported_for = MemoryContextStrdup(TopMemoryContext, idem_database);
+
+	copy = pstrdup(idem_database);
+	if (!SplitIdentifierString(copy, ',', &names))
+		return;
+	foreach(lc, names)
+	{
+		const char *name = (const char *) lfirst(lc);
+		ListCell   *dc;
+		bool		found = false;
+
+		foreach(dc, databases)
+		{
+			if (strcmp(((LauncherDatabase *) lfirst(dc))->name, name) == 0)
+				found = true;
+		}
+		if (!found)
+			ereport(LOG,
+					(errmsg("pg_idem cleanup launcher: database \"%s\" named in idem.database is not served", name),
+					 errdetail("No database of that name accepts connections."),
+					 errhint("Correct idem.database, or empty it to serve every database that has pg_idem.")));
+	}
+}
+
 /* A pass: every selected database in turn. */
 static void
 launcher_pass(void)
@@ -174,6 +216,8 @@ launcher_pass(void)
 	static bool reported_no_slot = false;
 	List	   *databases = list_databases();
 	ListCell   *lc;
+
+	report_unknown_names(databases);
 
 	foreach(lc, databases)
 	{

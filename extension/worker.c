@@ -291,7 +291,10 @@ idem_cleanup_worker_main(Datum main_arg)
 		MemoryContextReset(job_context);
 		/* The first job's function exists in every version: absent = not installed. */
 		if (!present && j == 0)
+		{
+			elog(DEBUG1, "pg_idem cleanup worker: pg_idem is not installed in this database");
 			break;
+		}
 	}
 	proc_exit(0);
 }

@@ -86,16 +86,20 @@ finished_key('app_c', 'public', 'c1');
 ok($node->poll_query_until('app_c', 'SELECT count(*) = 0 FROM public.idem_keys'),
 	'a new database with the extension is cleaned');
 
-# --- idem.database restricts the set (reload, no restart).
-$node->append_conf('postgresql.conf', "idem.database = 'app_a'");
+# --- idem.database restricts the set (reload, no restart); a name that
+# matches no database is reported.
+$log_offset = -s $node->logfile;
+$node->append_conf('postgresql.conf', "idem.database = 'app_a, no_such_db'");
 $node->reload;
+$node->wait_for_log(qr/database "no_such_db" named in idem.database is not served/, $log_offset);
+ok(1, 'a name in idem.database that matches no database is reported');
 sleep 2;    # let a pass started before the reload end
 finished_key('app_c', 'public', 'c2');
 finished_key('app_a', 'idem', 'a3');
 ok($node->poll_query_until('app_a', 'SELECT count(*) = 0 FROM idem.idem_keys'),
-	'idem.database = app_a: app_a is cleaned');
+	'idem.database = app_a, no_such_db: app_a is cleaned');
 sleep 2;
-is(keys_in('app_c', 'public'), '1', 'idem.database = app_a: app_c is not served');
+is(keys_in('app_c', 'public'), '1', 'idem.database = app_a, no_such_db: app_c is not served');
 $node->append_conf('postgresql.conf', "idem.database = ''");
 $node->reload;
 ok($node->poll_query_until('app_c', 'SELECT count(*) = 0 FROM public.idem_keys'),
