@@ -45,6 +45,17 @@ CREATE EXTENSION pg_idem SCHEMA idem;
 CREATE TABLE public.lookalike_calls (at timestamptz);
 CREATE FUNCTION public.idem_cleanup(batch integer) RETURNS bigint LANGUAGE sql
     AS $$ INSERT INTO public.lookalike_calls VALUES (now()); SELECT 0::bigint $$;
+-- A role that may create in the extension's schema plants overloads there
+-- that a call resolved by name could prefer (bigint for the batch).
+CREATE ROLE hostile;
+GRANT CREATE ON SCHEMA idem TO hostile;
+GRANT INSERT ON public.lookalike_calls TO hostile;
+SET ROLE hostile;
+CREATE FUNCTION idem.idem_cleanup(batch bigint) RETURNS bigint LANGUAGE sql
+    AS $$ INSERT INTO public.lookalike_calls VALUES (now()); SELECT 0::bigint $$;
+CREATE FUNCTION idem.idem_outbox_prune(older_than interval, batch bigint) RETURNS bigint LANGUAGE sql
+    AS $$ INSERT INTO public.lookalike_calls VALUES (now()); SELECT 0::bigint $$;
+RESET ROLE;
 });
 $node->safe_psql('app_b', 'CREATE EXTENSION pg_idem');
 
@@ -56,7 +67,7 @@ ok($node->poll_query_until('app_a', 'SELECT count(*) = 0 FROM idem.idem_keys'),
 ok($node->poll_query_until('app_b', 'SELECT count(*) = 0 FROM public.idem_keys'),
 	'database app_b (extension in public) is cleaned');
 is($node->safe_psql('app_a', 'SELECT count(*) FROM public.lookalike_calls'),
-	'0', 'the look-alike idem_cleanup in public never ran');
+	'0', 'look-alikes in public and in the extension schema never ran');
 is( $node->safe_psql(
 		'postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'"),
