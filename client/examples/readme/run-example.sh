@@ -38,7 +38,7 @@ psql -X -q -v ON_ERROR_STOP=1 -d "$db" -U my_service_role -f "$work/app.sql" >"$
 # The role really is unprivileged.
 [ "$(psql -X -At -d "$db" -U my_service_role -c "SELECT rolsuper OR rolcreaterole OR rolcreatedb FROM pg_roles WHERE rolname = current_user")" = f ]
 
-/usr/bin/python3 - "$work/app.sql" "$work/out" <<'PY'
+cat >"$work/compare.py" <<'PY'
 import re, sys
 sql, out = (open(f).read().splitlines() for f in sys.argv[1:])
 expected = [l[4:] for l in sql if l.startswith("--  ")]
@@ -51,3 +51,10 @@ for e, g in zip_longest(expected, echoed, fillvalue=""):
 print("readme example:", "ok" if ok else "FAILED (the README and psql disagree)")
 sys.exit(0 if ok else 1)
 PY
+# The comparison can fail: a README that promised another outcome must not pass.
+sed 's/^--  retry: replay/--  retry: claimed/' "$work/app.sql" >"$work/wrong.sql"
+if /usr/bin/python3 "$work/compare.py" "$work/wrong.sql" "$work/out" >/dev/null; then
+    echo "readme example: a wrong expectation was not noticed"
+    exit 1
+fi
+/usr/bin/python3 "$work/compare.py" "$work/app.sql" "$work/out"
