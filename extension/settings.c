@@ -13,7 +13,6 @@
 #include "pg_idem.h"
 
 #include "common/int.h"
-#include "lib/stringinfo.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -27,25 +26,122 @@ int			idem_max_response_bytes = 2 * 1024 * 1024;
 /* Shortest lease accepted: anything shorter expires before it is read. */
 #define IDEM_MIN_LEASE_MS 1
 
-/* Register the idem.* settings; called from _PG_init. */
+/*
+ * A duration in the units the documentation and SHOW use: the largest of
+ * d, h, min, s, ms that divides it exactly ("1h", "90s", "1500ms").
+ */
+char *
+idem_format_ms(int64 ms)
+{
+	static const struct
+	{
+		int64		ms;
+		const char *unit;
+	}			units[] = {
+		{24 * 60 * 60 * 1000, "d"}, {60 * 60 * 1000, "h"}, {60 * 1000, "min"},
+		{1000, "s"}, {1, "ms"},
+	};
+	int			i;
+
+	for (i = 0; i < lengthof(units); i++)
+	{
+		if (ms != 0 && ms % units[i].ms == 0)
+			return psprintf(INT64_FORMAT "%s", ms / units[i].ms, units[i].unit);
+	}
+	return psprintf(INT64_FORMAT "ms", ms);
+}
+
+/*
+ * Whether a check hook applies the cross-setting rules to a value from
+ * this source: a SET or RESET, ALTER ROLE/DATABASE/SYSTEM ... SET (checked
+ * as PGC_S_TEST) and postgresql.conf.  Values applied at session start
+ * (per database or role, PGOPTIONS) arrive in no particular order, so a
+ * refusal there could depend on which came first: those are left to the
+ * check every function makes when it uses the value.
+ */
+static bool
+cross_check_applies(GucSource source)
+{
+	return source == PGC_S_FILE || source == PGC_S_ARGV ||
+		source >= PGC_S_INTERACTIVE;
+}
+
+/* idem.lease must not exceed idem.max_lease. */
+static bool
+check_lease(int *newval, void **extra, GucSource source)
+{
+	if (!cross_check_applies(source) || *newval <= idem_max_lease_ms)
+		return true;
+	GUC_check_errmsg("idem.lease must be between 1ms and idem.max_lease (%s)",
+					 idem_format_ms(idem_max_lease_ms));
+	GUC_check_errdetail("The value given is %s.", idem_format_ms(*newval));
+	GUC_check_errhint("Choose a shorter lease and renew it while the work runs, or have a superuser raise idem.max_lease first.");
+	return false;
+}
+
+/* idem.failure_cooldown must not exceed idem.max_lease. */
+static bool
+check_failure_cooldown(int *newval, void **extra, GucSource source)
+{
+	if (!cross_check_applies(source) || *newval <= idem_max_lease_ms)
+		return true;
+	GUC_check_errmsg("idem.failure_cooldown must be between 0 and idem.max_lease (%s)",
+					 idem_format_ms(idem_max_lease_ms));
+	GUC_check_errdetail("The value given is %s.", idem_format_ms(*newval));
+	GUC_check_errhint("Choose a shorter cooldown, or have a superuser raise idem.max_lease first.");
+	return false;
+}
+
+/*
+ * idem.max_lease must not fall below this session's idem.lease or
+ * idem.failure_cooldown, when set in a session.  postgresql.conf, ALTER
+ * SYSTEM and ALTER ROLE ... SET are exempt: at server start
+ * idem.max_lease is defined before the two it bounds, and a file that
+ * lowers all three at once must not depend on their order; idem.lease and
+ * idem.failure_cooldown are checked against it when they are applied.
+ */
+static bool
+check_max_lease(int *newval, void **extra, GucSource source)
+{
+	const char *name;
+	int			bounded;
+
+	if (source != PGC_S_SESSION && source != PGC_S_INTERACTIVE)
+		return true;
+	if (*newval >= idem_lease_ms && *newval >= idem_failure_cooldown_ms)
+		return true;
+	name = *newval < idem_lease_ms ? "idem.lease" : "idem.failure_cooldown";
+	bounded = *newval < idem_lease_ms ? idem_lease_ms : idem_failure_cooldown_ms;
+	GUC_check_errmsg("idem.max_lease must be at least %s (%s) in this session",
+					 name, idem_format_ms(bounded));
+	GUC_check_errdetail("The value given is %s.", idem_format_ms(*newval));
+	GUC_check_errhint("Lower %s first.", name);
+	return false;
+}
+
+/*
+ * Register the idem.* settings; called from _PG_init.  idem.max_lease
+ * comes first, so that the values of idem.lease and idem.failure_cooldown
+ * in postgresql.conf are checked against its configured value at start.
+ */
 void
 idem_define_settings(void)
 {
-	DefineCustomIntVariable("idem.lease",
-							"Default lease of a claim (1ms .. idem.max_lease).",
-							"Used when idem_claim or idem_renew is given no lease.",
-							&idem_lease_ms,
-							30 * 1000, IDEM_MIN_LEASE_MS, INT_MAX,
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
 	DefineCustomIntVariable("idem.max_lease",
 							"Longest lease or cooldown a caller may ask for (1ms .. 24 days).",
 							NULL,
 							&idem_max_lease_ms,
 							60 * 60 * 1000, IDEM_MIN_LEASE_MS, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+							check_max_lease, NULL, NULL);
+
+	DefineCustomIntVariable("idem.lease",
+							"Default lease of a claim (1ms .. idem.max_lease).",
+							"Used when idem_claim or idem_renew is given no lease.",
+							&idem_lease_ms,
+							30 * 1000, IDEM_MIN_LEASE_MS, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							check_lease, NULL, NULL);
 
 	/*
 	 * Superuser only: a session that shortened it could take over, or
@@ -65,7 +161,7 @@ idem_define_settings(void)
 							&idem_failure_cooldown_ms,
 							2 * 1000, 0, INT_MAX,
 							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+							check_failure_cooldown, NULL, NULL);
 
 	DefineCustomIntVariable("idem.max_response_bytes",
 							"Largest response body stored for replay (0 .. 1GB).",
@@ -107,11 +203,23 @@ idem_interval_usecs(const Interval *span)
 	return usecs;
 }
 
+/* An interval's length in microseconds for a message, in the docs' units. */
+static char *
+format_usecs(int64 usecs)
+{
+	if (usecs == PG_INT64_MAX)
+		return pstrdup("over 290000 years");	/* saturated by interval_usecs */
+	if (usecs % USECS_PER_MSEC == 0)
+		return idem_format_ms(usecs / USECS_PER_MSEC);
+	return psprintf("%.3fms", (double) usecs / USECS_PER_MSEC);
+}
+
 /*
  * Validate a lease or cooldown argument and normalise it to a pure
  * duration.  NULL means the setting given as default_ms.  The bound is
- * idem.max_lease, checked for the default too, so that a setting raised
- * by a session cannot exceed what the superuser allows.
+ * idem.max_lease, checked for the default too: the settings' check hooks
+ * cannot see every combination (values applied at session start come in
+ * no particular order), so this check stays.
  */
 Interval *
 idem_lease_argument(FunctionCallInfo fcinfo, int argno, const char *what,
@@ -136,8 +244,11 @@ idem_lease_argument(FunctionCallInfo fcinfo, int argno, const char *what,
 	if (usecs > max_usecs)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not exceed idem.max_lease", what),
-				 errdetail("idem.max_lease is %d ms.", idem_max_lease_ms),
+				 errmsg("%s must not exceed idem.max_lease (%s)", what,
+						idem_format_ms(idem_max_lease_ms)),
+				 (PG_NARGS() <= argno || PG_ARGISNULL(argno)) ?
+				 errdetail("No %s was given, and the default is %s.", what, format_usecs(usecs)) :
+				 errdetail("The %s given is %s.", what, format_usecs(usecs)),
 				 errhint("Renew a lease while the work runs instead of asking for a long one.")));
 
 	{
@@ -174,37 +285,4 @@ idem_digest_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 						   (int) VARSIZE_ANY_EXHDR(digest)),
 				 errhint("Compute it with idem_key() or idem_request_hash().")));
 	return digest;
-}
-
-/*
- * A duration in milliseconds in the units the documentation uses: "30s",
- * "1h", "250ms", "1d 12h".
- */
-char *
-idem_format_ms(int64 ms)
-{
-	static const struct
-	{
-		int64		ms;
-		const char *unit;
-	}			units[] = {
-		{24 * 60 * 60 * 1000, "d"}, {60 * 60 * 1000, "h"}, {60 * 1000, "min"},
-		{1000, "s"}, {1, "ms"},
-	};
-	StringInfoData buf;
-	int			i;
-
-	initStringInfo(&buf);
-	if (ms == 0)
-		appendStringInfoString(&buf, "0");
-	for (i = 0; i < lengthof(units) && ms > 0; i++)
-	{
-		if (ms >= units[i].ms)
-		{
-			appendStringInfo(&buf, "%s" INT64_FORMAT "%s", buf.len > 0 ? " " : "",
-							 ms / units[i].ms, units[i].unit);
-			ms %= units[i].ms;
-		}
-	}
-	return buf.data;
 }

@@ -2,44 +2,56 @@
  *
  * worker.c
  *	  The cleanup worker: deletes expired keys and prunes finished outbox
- *	  events, inbox messages and attempts, so that no cron job is needed.
+ *	  events, inbox messages and attempts in one database, so that no cron
+ *	  job is needed.
  *
- * Registered when pg_idem is in shared_preload_libraries.  It connects to
- * idem.database, waits a random part of idem.cleanup_interval first (so
- * that servers restarted together do not clean in lockstep), then every
- * interval runs the cleanup in batches of idem.cleanup_batch, one
- * transaction per batch, so that no pass holds locks or a snapshot for
- * long.  Modelled on src/test/modules/worker_spi: signal handlers before
- * unblocking, WaitLatch with WL_EXIT_ON_PM_DEATH, configuration reloaded
- * on SIGHUP, a memory context reset per pass.  An error in one pass is
- * reported and the next pass runs as usual.
+ * Started by the launcher (launcher.c) once per pass and database, with
+ * the database's OID as its argument.  It looks pg_idem up in the catalog
+ * and exits at once where it is not installed; otherwise it runs each job
+ * in batches of idem.cleanup_batch, one transaction per batch, so that no
+ * pass holds locks or a snapshot for long, and exits.  An error in one job
+ * is reported and the next job runs.
+ *
+ * It runs no SQL text at all: the extension and its schema are found in
+ * the catalog by name, each job's function by its exact signature in that
+ * schema, checked to be a member of the extension, and called through its
+ * OID.  Nothing resolves through search_path, so objects a hostile role
+ * creates in the extension's schema, public or pg_temp are never run.
  *
  *-------------------------------------------------------------------------
  */
 #include "pg_idem.h"
+#include "worker.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
 #include "access/xact.h"
-#include "common/pg_prng.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
-#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
-#include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "catalog/pg_type.h"
+#include "utils/syscache.h"
+#include "utils/varlena.h"
 
 PGDLLEXPORT void idem_cleanup_worker_main(Datum main_arg);
 
-static bool idem_cleanup_worker = true;
-static int	idem_cleanup_interval_s = 60;
-static int	idem_cleanup_batch = 1000;
-static char *idem_database = NULL;
+bool		idem_cleanup_worker = true;
+int			idem_cleanup_interval_s = 60;
+char	   *idem_database = NULL;
 
+static int	idem_cleanup_batch = 1000;
 static int	idem_outbox_retention_s = 7 * 24 * 60 * 60;
 static int	idem_inbox_retention_s = 7 * 24 * 60 * 60;
 static int	idem_attempt_retention_s = 31 * 24 * 60 * 60;
@@ -48,32 +60,46 @@ static int	idem_attempt_retention_s = 31 * 24 * 60 * 60;
 #define MAX_BATCHES_PER_PASS 100
 
 /*
- * What a pass runs, in order.  $1 is idem.cleanup_batch, $2 the job's
- * retention.  A job whose function the installed version lacks is skipped.
+ * What a pass runs, in order.  With a retention, the function is
+ * f(older_than interval, batch integer); without, f(batch integer) and it
+ * uses idem.ttl.  A job whose function the installed version lacks is
+ * skipped.
  */
 typedef struct CleanupJob
 {
-	const char *function;		/* signature, for the existence check */
-	const char *call;			/* %s: the extension's schema */
-	int		   *retention_s;	/* NULL: the function uses idem.ttl */
+	const char *function;
+	int		   *retention_s;
 } CleanupJob;
 
 static const CleanupJob cleanup_jobs[] = {
-	{"idem_cleanup(integer)", "SELECT %s.idem_cleanup($1)", NULL},
-	{"idem_outbox_prune(interval,integer)", "SELECT %s.idem_outbox_prune($2, $1)",
-	&idem_outbox_retention_s},
-	{"idem_inbox_prune(interval,integer)", "SELECT %s.idem_inbox_prune($2, $1)",
-	&idem_inbox_retention_s},
-	{"idem_attempt_prune(interval,integer)", "SELECT %s.idem_attempt_prune($2, $1)",
-	&idem_attempt_retention_s},
+	{"idem_cleanup", NULL},
+	{"idem_outbox_prune", &idem_outbox_retention_s},
+	{"idem_inbox_prune", &idem_inbox_retention_s},
+	{"idem_attempt_prune", &idem_attempt_retention_s},
 };
 
-/* Define the worker's settings and register it (preload only). */
+/* idem.database must be a comma-separated list of database names. */
+static bool
+check_database_list(char **newval, void **extra, GucSource source)
+{
+	char	   *copy = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(copy, ',', &names);
+
+	list_free(names);
+	pfree(copy);
+	if (!ok)
+	{
+		GUC_check_errdetail("idem.database is a comma-separated list of database names, or empty for every database.");
+		return false;
+	}
+	return true;
+}
+
+/* Define the worker's settings and register the launcher (preload only). */
 void
 idem_worker_init(void)
 {
-	BackgroundWorker worker;
-
 	DefineCustomBoolVariable("idem.cleanup_worker",
 							 "Whether the cleanup worker deletes expired keys.",
 							 "Needs pg_idem in shared_preload_libraries; off pauses the worker.",
@@ -90,104 +116,117 @@ idem_worker_init(void)
 							&idem_cleanup_batch, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("idem.outbox_retention",
-							"Age after which the worker prunes published and dead outbox events.",
+							"Age after which the worker prunes published and dead outbox events (1s .. 68 years).",
 							NULL,
 							&idem_outbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("idem.inbox_retention",
-							"Age after which the worker prunes done and dead inbox messages (the dedup window).",
+							"Age after which the worker prunes done and dead inbox messages, the dedup window (1s .. 68 years).",
 							NULL,
 							&idem_inbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("idem.attempt_retention",
-							"Age after which the worker prunes finished attempts.",
+							"Age after which the worker prunes finished attempts (1s .. 68 years).",
 							NULL,
 							&idem_attempt_retention_s, 31 * 24 * 60 * 60, 1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-
-	/*
-	 * What follows exists only at server start: a PGC_POSTMASTER setting
-	 * defined by a backend that loads the library later is a FATAL error.
-	 */
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
 	DefineCustomStringVariable("idem.database",
-							   "Database the cleanup worker connects to.",
+							   "Databases the cleanup worker serves: a comma-separated list, empty for every database with pg_idem.",
 							   NULL,
-							   &idem_database, "postgres",
-							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+							   &idem_database, "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   check_database_list, NULL, NULL);
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 10;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_idem");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idem_cleanup_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_idem cleanup worker");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_idem cleanup");
-	RegisterBackgroundWorker(&worker);
-}
-
-/* Schema pg_idem is installed in, or NULL when it is not installed here. */
-static char *
-extension_schema(void)
-{
-	bool		isnull;
-	Datum		schema;
-
-	if (SPI_execute("SELECT n.nspname FROM pg_catalog.pg_extension e"
-					" JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
-					" WHERE e.extname = 'pg_idem'", true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look up the pg_idem extension");
-	if (SPI_processed == 0)
-		return NULL;
-	schema = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return pstrdup(quote_identifier(NameStr(*DatumGetName(schema))));
+	if (process_shared_preload_libraries_in_progress)
+		idem_launcher_register();
 }
 
 /*
- * One batch of one job in its own transaction: rows deleted, 0 when the
- * job's function does not exist in the installed version, or -1 when
- * pg_idem is not installed in this database.
+ * The pg_idem extension of the connected database and its schema, looked
+ * up by name in pg_extension: false when it is not installed.
+ */
+static bool
+find_extension(Oid *extension, Oid *schema)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("pg_idem"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		Form_pg_extension ext = (Form_pg_extension) GETSTRUCT(tup);
+
+		*extension = ext->oid;
+		*schema = ext->extnamespace;
+		found = true;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * The OID of a job's function: exactly that name and signature in the
+ * extension's schema, and a member of the extension; InvalidOid when the
+ * installed version has no such function.
+ */
+static Oid
+job_function(const CleanupJob *job, Oid extension, Oid schema)
+{
+	Oid			argtypes[2];
+	int			nargs = 0;
+	Oid			func;
+
+	if (job->retention_s != NULL)
+		argtypes[nargs++] = INTERVALOID;
+	argtypes[nargs++] = INT4OID;
+	func = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+						   CStringGetDatum(job->function),
+						   PointerGetDatum(buildoidvector(argtypes, nargs)),
+						   ObjectIdGetDatum(schema));
+	if (!OidIsValid(func) || getExtensionOfObject(ProcedureRelationId, func) != extension)
+		return InvalidOid;
+	return func;
+}
+
+/*
+ * One batch of one job in its own transaction: rows deleted, or -1 when
+ * pg_idem (or this job's function) is not installed in the database.
  */
 static int64
 run_batch(const CleanupJob *job)
 {
-	char	   *schema;
+	Oid			extension;
+	Oid			schema;
+	Oid			func = InvalidOid;
 	int64		deleted = -1;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, job->function);
 
-	schema = extension_schema();
-	if (schema != NULL)
+	if (find_extension(&extension, &schema))
+		func = job_function(job, extension, schema);
+	if (OidIsValid(func))
 	{
-		char	   *signature = psprintf("%s.%s", schema, job->function);
-		Oid			argtypes[2] = {INT4OID, INTERVALOID};
-		Datum		args[2];
-		bool		isnull;
+		Datum		batch = Int32GetDatum(idem_cleanup_batch);
 
-		deleted = 0;
-		if (OidIsValid(DatumGetObjectId(DirectFunctionCall1(to_regprocedure,
-															CStringGetTextDatum(signature)))))
-		{
-			char	   *sql = psprintf(job->call, schema);
-
-			args[0] = Int32GetDatum(idem_cleanup_batch);
-			args[1] = IntervalPGetDatum(idem_ms_interval(job->retention_s == NULL ? 0 :
-														 (int64) *job->retention_s * 1000));
-			if (SPI_execute_with_args(sql, 2, argtypes, args, NULL, false, 1) != SPI_OK_SELECT)
-				elog(ERROR, "could not run %s", sql);
-			deleted = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 1, &isnull));
-		}
+		if (job->retention_s == NULL)
+			deleted = DatumGetInt64(OidFunctionCall1(func, batch));
+		else
+			deleted = DatumGetInt64(OidFunctionCall2(func,
+													 IntervalPGetDatum(idem_ms_interval((int64) *job->retention_s * 1000)),
+													 batch));
 	}
 
-	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
@@ -195,107 +234,67 @@ run_batch(const CleanupJob *job)
 	return deleted;
 }
 
-/* A pass: each job in batches until one comes back short (bounded). */
-static void
-cleanup_pass(void)
+/* One job in batches until one comes back short (bounded); false if absent. */
+static bool
+run_job(const CleanupJob *job)
 {
-	static bool reported_missing = false;
-	int			j;
+	int			i;
 
-	for (j = 0; j < lengthof(cleanup_jobs); j++)
+	for (i = 0; i < MAX_BATCHES_PER_PASS; i++)
 	{
-		int			i;
+		int64		deleted = run_batch(job);
 
-		for (i = 0; i < MAX_BATCHES_PER_PASS; i++)
-		{
-			int64		deleted = run_batch(&cleanup_jobs[j]);
-
-			if (deleted < 0)
-			{
-				if (!reported_missing)
-					ereport(LOG,
-							(errmsg("pg_idem cleanup worker: extension pg_idem is not installed in database \"%s\"",
-									idem_database),
-							 errhint("Run CREATE EXTENSION pg_idem there, or set idem.database.")));
-				reported_missing = true;
-				return;
-			}
-			reported_missing = false;
-			if (deleted < idem_cleanup_batch)
-				break;
-			CHECK_FOR_INTERRUPTS();
-		}
+		if (deleted < 0)
+			return false;
+		if (deleted < idem_cleanup_batch)
+			break;
+		CHECK_FOR_INTERRUPTS();
 	}
+	return true;
 }
 
-/* Entry point of the cleanup worker. */
+/* Entry point of a cleanup worker: one pass in one database, then exit. */
 void
 idem_cleanup_worker_main(Datum main_arg)
 {
-	MemoryContext pass_context;
-	TimestampTz next_pass;
+	MemoryContext job_context;
+	int			j;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	BackgroundWorkerInitializeConnection(idem_database, NULL, 0);
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
 	pgstat_report_appname("pg_idem cleanup worker");
 
-	pass_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup pass",
-										 ALLOCSET_DEFAULT_SIZES);
-
-	/* A random first delay within one interval: no herd at boot. */
-	next_pass = GetCurrentTimestamp() +
-		(TimestampTz) (pg_prng_double(&pg_global_prng_state) *
-					   idem_cleanup_interval_s * USECS_PER_SEC);
-
-	for (;;)
+	job_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup job",
+										ALLOCSET_DEFAULT_SIZES);
+	for (j = 0; j < lengthof(cleanup_jobs); j++)
 	{
-		TimestampTz now = GetCurrentTimestamp();
-		long		wait_ms = 0;
+		MemoryContext old = MemoryContextSwitchTo(job_context);
+		bool		present = true;
 
-		if (next_pass > now)
-			wait_ms = (long) ((next_pass - now) / 1000) + 1;
-		if (wait_ms > 0)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 wait_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-
-		if (ConfigReloadPending)
+		PG_TRY();
 		{
-			TimestampTz last_pass = next_pass - (TimestampTz) idem_cleanup_interval_s * USECS_PER_SEC;
-
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			/* A new interval applies from the last pass on. */
-			next_pass = last_pass + (TimestampTz) idem_cleanup_interval_s * USECS_PER_SEC;
+			present = run_job(&cleanup_jobs[j]);
 		}
-		if (GetCurrentTimestamp() < next_pass)
-			continue;
-
-		if (idem_cleanup_worker)
+		PG_CATCH();
 		{
-			MemoryContext old = MemoryContextSwitchTo(pass_context);
-
-			PG_TRY();
-			{
-				cleanup_pass();
-			}
-			PG_CATCH();
-			{
-				/* Report, clean up, and try again next interval. */
-				MemoryContextSwitchTo(pass_context);
-				EmitErrorReport();
-				FlushErrorState();
-				AbortCurrentTransaction();
-				pgstat_report_activity(STATE_IDLE, NULL);
-			}
-			PG_END_TRY();
-			MemoryContextSwitchTo(old);
-			MemoryContextReset(pass_context);
+			/* Report, clean up, and go on with the next job. */
+			MemoryContextSwitchTo(job_context);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
 		}
-		next_pass = GetCurrentTimestamp() + (TimestampTz) idem_cleanup_interval_s * USECS_PER_SEC;
+		PG_END_TRY();
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(job_context);
+		/* The first job's function exists in every version: absent = not installed. */
+		if (!present && j == 0)
+		{
+			elog(DEBUG1, "pg_idem cleanup worker: pg_idem is not installed in this database");
+			break;
+		}
 	}
+	proc_exit(0);
 }

@@ -43,8 +43,10 @@ install_missing_packages() {
             missing+=("$pkg")
     done
     [ ${#missing[@]} -eq 0 ] && return 0
-    say "installing ${missing[*]}"
+    say "installing ${#missing[@]} missing Debian packages with apt-get (a few minutes on a fresh machine): ${missing[*]}"
+    echo "   apt-get update"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    echo "   apt-get install"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         --no-install-recommends "${missing[@]}" >/dev/null
 }

@@ -3,14 +3,16 @@
 suite_client() {
     [ -f "$WORK/src/client/cpp/CMakeLists.txt" ] || return 0
     local log="$WORK/client.log" total bad
-    say "C++ client"
+    say "C++ client: building (cmake, about 3 minutes on 2 cores; log in $log)"
     if ! as_run_user cmake -S "$WORK/src/client/cpp" -B "$WORK/client-build" \
-            -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
+            -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_IDEM_BUILD_TESTS=ON \
+            -DPG_IDEM_BUILD_EXAMPLES=ON -DPG_IDEM_BUILD_BENCH=ON >"$log" 2>&1 ||
        ! as_run_user cmake --build "$WORK/client-build" -j2 >>"$log" 2>&1; then
         tail -n 80 "$log"
         count "C++ client build" 0 1
         return
     fi
+    say "C++ client: running ctest (unit, integration, install consumer, demo storm, quickstart)"
     as_run_user env PG_IDEM_TEST_DSN="host=$WORK port=$PGPORT user=$PGUSER dbname=postgres" \
         ctest --test-dir "$WORK/client-build" --output-on-failure -V >>"$log" 2>&1
     local rc=$?

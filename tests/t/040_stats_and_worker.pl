@@ -20,11 +20,12 @@ idem.tombstone_ttl = 0
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_idem');
 
-# The worker is up and shows in pg_stat_activity.
+# The cleanup launcher is up and shows in pg_stat_activity (its
+# short-lived per-database workers are tested in 041_cleanup_launcher.pl).
 ok( $node->poll_query_until(
 		'postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_idem cleanup'"),
-	'cleanup worker shows in pg_stat_activity');
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'"),
+	'cleanup launcher shows in pg_stat_activity');
 
 # --- Counters move under a pgbench load, and only for committed work.
 $node->safe_psql('postgres', 'SELECT idem_stats_reset()');
@@ -93,8 +94,8 @@ $node->safe_psql('postgres',
 $node->wait_for_log(qr/forced cleanup failure/, $log_offset);
 ok(1, 'the forced error was reported by the worker');
 is( $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem cleanup'"),
-	'1', 'the worker is still running after the error');
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'"),
+	'1', 'the launcher is still running after the error');
 $node->safe_psql('postgres', 'DROP TRIGGER refuse_delete ON idem_keys');
 ok( $node->poll_query_until(
 		'postgres',
@@ -118,11 +119,11 @@ is( $node->safe_psql(
 		"SELECT count(*) FROM idem_keys WHERE cache_key = idem_key('w', 'POST', '/off', 'k')"),
 	'1', 'idem.cleanup_worker = off: nothing is deleted');
 
-# --- The worker stops with the server.
+# --- The launcher stops with the server.
 my $worker_pid = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem cleanup'");
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'");
 $node->stop('fast');
-ok(!kill(0, $worker_pid), 'the worker exited with the server');
+ok(!kill(0, $worker_pid), 'the launcher exited with the server');
 
 # --- Without the preload every function works and the view says why it is empty.
 $node->adjust_conf('postgresql.conf', 'shared_preload_libraries', "''");

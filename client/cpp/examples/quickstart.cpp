@@ -1,9 +1,53 @@
-// The README example: lease mode and in-transaction mode.
+// The README example: lease mode and in-transaction mode, as the
+// application role (only GRANT idem_client; no CREATE privilege needed).
 //
-//   quickstart "host=/tmp dbname=app"      (a database with CREATE EXTENSION pg_idem)
+//   idem_quickstart "host=/tmp dbname=app user=my_service_role"
+//
+// The database needs pg_idem, and the in-transaction part writes to a table
+// an administrator creates once (the program prints this when it is missing):
+//
+//   CREATE TABLE quickstart_payments (amount int, generation bigint);
+//   GRANT INSERT ON quickstart_payments TO my_service_role;
+//
+// Exits 0 when both requests were answered 201 (run it twice: the second
+// run's answers are replays), 1 otherwise, with the database error.
 #include <idem/runner.hpp>
 
+#include "prometheus_metrics.hpp"
+
 #include <cstdio>
+#include <exception>
+#include <string>
+
+// The database error behind a 503, for the operator.
+static std::string error_text(const idem::run_result &r)
+{
+    if (!r.error)
+        return "";
+    try
+    {
+        std::rethrow_exception(r.error);
+    }
+    catch (const std::exception &e)
+    {
+        return e.what();
+    }
+    catch (...)
+    {
+        return "unknown error";
+    }
+}
+
+// Print one answer; false when it is not the expected 201.
+static bool report(const char *mode, const idem::run_result &r)
+{
+    std::printf("%s: %d %s%s\n", mode, r.response.status, r.response.body.c_str(),
+                r.replayed ? " (replayed)" : "");
+    const std::string error = error_text(r);
+    if (!error.empty())
+        std::fprintf(stderr, "%s: error: %s\n", mode, error.c_str());
+    return r.response.status == 201;
+}
 
 int main(int argc, char **argv)
 {
@@ -16,11 +60,13 @@ int main(int argc, char **argv)
 
     // Connections come from the application: its pool, or this small one.
     idem::simple_pool pool(argv[1]);
+    prometheus_metrics metrics;                                // counters for your /metrics endpoint
     idem::runner run(pool, idem::config::builder()
                                .lease(10s)                     // renewed every lease/3 while the handler runs
                                .follower_wait_budget(2s)       // how long a duplicate waits for the first
                                .replay_header("X-Request-Id")  // replayed besides the default allowlist
-                               .build());
+                               .build(),
+                     &metrics);
 
     // What the HTTP layer extracted from the incoming request.
     const std::string body = R"({"amount": 42, "currency": "EUR"})";
@@ -40,22 +86,25 @@ int main(int argc, char **argv)
                               {{"Content-Type", "application/json"}, {"Location", "/payments/1"}},
                               R"({"id": 1, "generation": )" + std::to_string(claim.generation()) + "}"};
     });
-    std::printf("lease mode: %d %s%s\n", r.response.status, r.response.body.c_str(),
-                r.replayed ? " (replayed)" : "");
+    bool ok = report("lease mode", r);
 
     // Exactly-once: the handler's writes and the stored response commit in
     // one transaction.
-    {
-        idem::pg::connection c(argv[1]);
-        c.exec("CREATE TABLE IF NOT EXISTS quickstart_payments (amount int, generation bigint)");
-    }
     req.target = "/payments/in-transaction";
     idem::run_result t = run.run_in_transaction(
         req, [&](idem::pg::transaction &tx, const idem::claim_context &claim) {
             tx.exec("INSERT INTO quickstart_payments VALUES ($1, $2)", 42, claim.generation());
             return idem::response{201, {{"Content-Type", "application/json"}}, R"({"id": 2})"};
         });
-    std::printf("in-transaction: %d %s%s\n", t.response.status, t.response.body.c_str(),
-                t.replayed ? " (replayed)" : "");
-    return 0;
+    if (!report("in-transaction", t))
+    {
+        ok = false;
+        if (error_text(t).find("quickstart_payments") != std::string::npos)
+            std::fprintf(stderr,
+                         "in-transaction: as the database owner, create the table once:\n"
+                         "  CREATE TABLE quickstart_payments (amount int, generation bigint);\n"
+                         "  GRANT INSERT ON quickstart_payments TO <this role>;\n");
+    }
+    std::printf("%s", metrics.render().c_str());
+    return ok ? 0 : 1;
 }

@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
-# Run the Python example in a database of its own (used by make test).
+# Run the Python example as the application role in a database of its own
+# (used by make test), then once with a wrong expectation: it must fail.
 set -euo pipefail
 db=idem_example_python
-dropdb --if-exists "$db" 2>/dev/null || true
-createdb "$db"
-psql -X -q -d "$db" -c "CREATE EXTENSION pg_idem"
+role=idem_example_python_app
+here=$(cd "$(dirname "$0")" && pwd)
+admin() { PGOPTIONS=--client-min-messages=warning psql -X -q -v ON_ERROR_STOP=1 "$@" >/dev/null; }
+cleanup() {
+    admin -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "DROP ROLE IF EXISTS $role" || true
+}
+trap cleanup EXIT
+cleanup
+admin -d postgres -c "CREATE DATABASE $db" -c "CREATE ROLE $role LOGIN"
+# The owner's one-time step the example's docstring shows.
+admin -d "$db" -c "CREATE EXTENSION pg_idem" -c "GRANT idem_client TO $role" \
+    -c "CREATE TABLE example_payments (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL)" \
+    -c "GRANT SELECT, INSERT ON example_payments TO $role" \
+    -c "GRANT USAGE ON SEQUENCE example_payments_id_seq TO $role"
+
 # Debian's python3, where python3-psycopg is installed.
-PGDATABASE=$db /usr/bin/python3 "$(dirname "$0")/payments.py"
-dropdb "$db"
+PGDATABASE=$db PGUSER=$role /usr/bin/python3 "$here/payments.py"
+
+echo "-- the same example with a wrong expectation (2 charges): it must exit non-zero"
+if PGDATABASE=$db PGUSER=$role EXPECTED_CHARGES=2 /usr/bin/python3 "$here/payments.py"; then
+    echo "python example: exited 0 although a result was wrong"
+    exit 1
+fi
+echo "python example: a wrong result makes it exit non-zero, as it should"

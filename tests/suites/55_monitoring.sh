@@ -1,0 +1,99 @@
+# Suite of tests/run.sh: monitoring/prometheus with Debian's
+# prometheus-postgres-exporter.  Sourced; uses count, say, as_run_user, free_port, $WORK.
+# A database with a stuck, an in-flight and a cooling key, outbox and
+# inbox backlog and dead letters; the exporter runs as idem_monitor (made by
+# monitor-role.sql) with pg_idem_queries.yaml, and each pg_idem metric it
+# serves on /metrics must equal what the views say.
+suite_monitoring() {
+    local exporter=/usr/bin/prometheus-postgres-exporter dir="$WORK/src/monitoring/prometheus"
+    local db=idem_monitoring ok=0 bad=0 port metrics="$WORK/metrics.txt"
+    say "monitoring: prometheus-postgres-exporter with pg_idem_queries.yaml"
+    if [ ! -x "$exporter" ]; then
+        echo "prometheus-postgres-exporter is not installed"
+        count monitoring 0 1
+        return
+    fi
+    local sql=(as_run_user psql -X -q -At -v ON_ERROR_STOP=1)
+    PGOPTIONS=--client-min-messages=warning "${sql[@]}" -d postgres \
+        -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db" >/dev/null
+    "${sql[@]}" -d $db -c "CREATE EXTENSION pg_idem" >/dev/null
+    "${sql[@]}" -d $db -f "$dir/monitor-role.sql" >/dev/null || { count monitoring 0 1; return; }
+    # State every metric can see: keys, outbox events, inbox messages.
+    "${sql[@]}" -d $db >/dev/null <<'SQL'
+SELECT idem_claim(idem_key('mon', 'POST', '/p', 'inflight'), sha256('b'), '1 hour');
+SELECT idem_claim(idem_key('mon', 'POST', '/p', 'stuck'), sha256('b'), '1 ms');
+SELECT idem_fail(idem_key('mon', 'POST', '/p', 'cooling'), claim_id, '1 hour')
+  FROM idem_claim(idem_key('mon', 'POST', '/p', 'cooling'), sha256('b'));
+SELECT idem_outbox_stage('orders', '{"n": 1}'::jsonb);
+SELECT idem_outbox_stage('orders', '{"n": 2}'::jsonb);
+SET idem.outbox_max_attempts = 1;
+SELECT idem_outbox_nack(c.claim_token, c.id, 'broker down')
+  FROM idem_outbox_claim(1) c;
+BEGIN;
+SELECT idem_inbox_begin('billing', 'm1', sha256('p'), 1);
+SELECT idem_inbox_fail('billing', 'm1', 'handler failed');
+COMMIT;
+SELECT pg_sleep(0.05);
+SQL
+    port=$(free_port)
+    as_run_user env DATA_SOURCE_NAME="postgresql://idem_monitor@127.0.0.1:$PGPORT/$db?sslmode=disable" \
+        bash -c 'echo $$ >"$0"; exec "$@"' "$WORK/exporter.pid" "$exporter" \
+        --web.listen-address="127.0.0.1:$port" --extend.query-path="$dir/pg_idem_queries.yaml" \
+        --disable-default-metrics --disable-settings-metrics \
+        >"$WORK/exporter.log" 2>&1 &
+    local got=
+    for _ in $(seq 50); do
+        sleep 0.2
+        if /usr/bin/python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+                "http://127.0.0.1:$port/metrics" >"$metrics" 2>/dev/null && grep -q '^pg_idem_keys_stuck' "$metrics"; then
+            got=1
+            break
+        fi
+    done
+    [ -f "$WORK/exporter.pid" ] && kill "$(cat "$WORK/exporter.pid")" 2>/dev/null
+    wait 2>/dev/null
+    if [ -z "$got" ]; then
+        echo "no pg_idem metric on /metrics; the exporter said:"
+        tail -n 20 "$WORK/exporter.log"
+        count monitoring 0 1
+        return
+    fi
+
+    # expect METRIC LABEL SQL: the value of the metric's series with label
+    # LABEL (and datname) equals SQL's answer, which is not 0.
+    expect() {
+        local metric=$1 label=$2 want have
+        want=$("${sql[@]}" -d $db -c "$3")
+        have=$(grep -E "^$metric\{" "$metrics" | grep -F "datname=\"$db\"" | grep -F "$label" |
+               awk '{print $2}' | head -1)
+        if [ -n "$have" ] && [ "$want" != 0 ] && awk -v a="$have" -v b="$want" 'BEGIN { exit !(a == b) }'; then
+            echo "ok   $metric${label:+ $label} = $have"
+            ok=$((ok + 1))
+        else
+            echo "FAIL $metric${label:+ $label} = '${have}', the database says '$want'"
+            bad=$((bad + 1))
+        fi
+    }
+    expect pg_idem_keys_inflight "" "SELECT count(*) FROM idem_inflight"
+    expect pg_idem_keys_stuck "" "SELECT count(*) FROM idem_stuck"
+    expect pg_idem_keys_cooling "" "SELECT count(*) FROM idem_cooling"
+    expect pg_idem_outbox_backlog "" "SELECT count(*) FROM idem_outbox WHERE state = 'pending'"
+    expect pg_idem_outbox_dead "" "SELECT count(*) FROM idem_outbox_dead"
+    expect pg_idem_inbox_dead "" "SELECT count(*) FROM idem_inbox_dead"
+    expect pg_idem_stats_value 'counter="outbox_dead"' "SELECT value FROM idem_stats WHERE counter = 'outbox_dead'"
+    expect pg_idem_stats_value 'counter="inbox_dead_lettered"' "SELECT value FROM idem_stats WHERE counter = 'inbox_dead_lettered'"
+    # The exporter read the file and every query ran.
+    if grep -qE '^pg_exporter_user_queries_load_error\{.*\} 0$' "$metrics" &&
+       ! grep -qiE 'error running query|level=error' "$WORK/exporter.log"; then
+        echo "ok   the query file loaded and every query ran"
+        ok=$((ok + 1))
+    else
+        echo "FAIL the exporter reported an error:"
+        grep -E 'load_error' "$metrics"
+        grep -iE 'error' "$WORK/exporter.log" | tail -n 10
+        bad=$((bad + 1))
+    fi
+    PGOPTIONS=--client-min-messages=warning "${sql[@]}" -d postgres \
+        -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "DROP ROLE IF EXISTS idem_monitor" >/dev/null
+    count monitoring "$ok" "$bad"
+}
