@@ -3,9 +3,10 @@
 # Sourced; uses count, say, as_run_user, $WORK, $PG_BIN.
 
 # run_prove_suite NAME GLOB [ENV=VALUE...]: prove the TAP scripts GLOB (relative
-# to the tree) and count their subtests.  Also used by the failover suite.
+# to the tree) and count their subtests; skipped ones count as neither.  Also
+# used by the failover suite.
 run_prove_suite() {
-    local name=$1 tests_glob=$2 log="$WORK/$1.log" tests bad
+    local name=$1 tests_glob=$2 log="$WORK/$1.log" tests bad skipped
     shift 2
     say "$name"
     as_run_user env "$@" make -C "$WORK/src" -s PG_CONFIG="$PG_BIN/pg_config" installcheck \
@@ -14,12 +15,14 @@ run_prove_suite() {
     grep -vE '^# ' "$log" | tail -n 80
     tests=$(grep -oE 'Tests=[0-9]+' "$log" | tail -1 | cut -d= -f2)
     bad=$(grep -oE '^Failed [0-9]+/' "$log" | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null)
-    tests=${tests:-0}
+    skipped=$(grep -cE '^ok [0-9]+ # skip' "$log")
+    tests=$(( ${tests:-0} - skipped ))
     bad=${bad:-0}
     if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
         bad=1
         tail -n 100 "$WORK"/src/tmp_check/log/*.log 2>/dev/null | tail -n 200
     fi
+    [ "$skipped" -gt 0 ] && echo "$name: $skipped skipped"
     count "$name" $((tests - bad > 0 ? tests - bad : 0)) "$bad"
 }
 
