@@ -3,8 +3,9 @@
 // keys, lease mode runs through the router, and fenced and in-transaction
 // modes run on the partition that owns the key, with the handler's writes.
 //
-// PG_IDEM_SCALEOUT_ROUTER is the router's conninfo; without it the binary
-// exits 77 (ctest: skipped). The scaleout suite sets it.
+// PG_IDEM_SCALEOUT_ROUTER is the router's conninfo; the scaleout suite sets
+// it. Without it only the tests that need no server run (the hash and the
+// mapping), so that ctest counts what really ran.
 #include <idem/partition.hpp>
 #include <idem/runner.hpp>
 
@@ -187,8 +188,9 @@ int main(int argc, char **argv)
     ::testing::InitGoogleTest(&argc, argv);
     if (router_dsn().empty())
     {
-        std::fprintf(stderr, "PG_IDEM_SCALEOUT_ROUTER is not set: skipped (the scaleout suite sets it)\n");
-        return 77;
+        std::fprintf(stderr, "PG_IDEM_SCALEOUT_ROUTER is not set: only the tests without a server run "
+                             "(the scaleout suite runs them all)\n");
+        ::testing::GTEST_FLAG(filter) = "PartitionHash.*";
     }
     return RUN_ALL_TESTS();
 }
