@@ -26,15 +26,16 @@ run_prove_suite() {
     count "$name" $((tests - bad > 0 ? tests - bad : 0)) "$bad"
 }
 
-# The C++ partition-routing test binary, built if the client suite did not
-# build it already; empty when the client does not build.
+# A test binary of the C++ client (client/cpp/tests): the partition routing
+# tests, or $1; built if the client suite did not build it already; empty
+# when the client does not build.
 scaleout_client_binary() {
-    local build="$WORK/client-build" bin
-    bin="$build/tests/idem_partition_tests"
+    local build="$WORK/client-build" target=${1:-idem_partition_tests} bin
+    bin="$build/tests/$target"
     if [ ! -x "$bin" ] && [ -f "$WORK/src/client/cpp/CMakeLists.txt" ]; then
         as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/scaleout-build.log" 2>&1 &&
-            as_run_user cmake --build "$build" -j2 --target idem_partition_tests \
+            as_run_user cmake --build "$build" -j2 --target "$target" \
                 >>"$WORK/scaleout-build.log" 2>&1 ||
             tail -n 40 "$WORK/scaleout-build.log" >&2
     fi
