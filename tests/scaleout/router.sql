@@ -168,6 +168,13 @@ CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea, lease interval D
 RETURNS idem_claim_result LANGUAGE plproxy
 AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
 
+-- pg_idem 0.3.0's follower wait: blocks on the partition up to max_wait
+-- (the router backend and its PL/Proxy connection wait with it).  Needs
+-- partitions with 0.3.0; the 3-argument form works with 0.2.0 and 0.3.0.
+CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea, lease interval, max_wait interval)
+RETURNS idem_claim_result LANGUAGE plproxy
+AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
+
 CREATE FUNCTION idem_lookup(cache_key bytea, request_hash bytea)
 RETURNS idem_claim_result LANGUAGE plproxy
 AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
