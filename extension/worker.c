@@ -202,7 +202,7 @@ cleanup_pass(void)
 	static bool reported_missing = false;
 	int			j;
 
-	for (j = 0; j < lengthof(cleanup_jobs); j++)
+	for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
 	{
 		int			i;
 
