@@ -13,6 +13,11 @@
 # malloc'd blocks, reads past or before a malloc'd block, system calls
 # given undefined bytes.
 #
+# Suppressions: tests/valgrind/*.supp, plus any files named in
+# VALGRIND_SUPPRESSIONS (e.g. PostgreSQL's src/tools/valgrind.supp from a
+# source tree: Debian does not ship it, and most of its entries name
+# static functions, which Debian's build leaves without symbols).
+#
 # make test runs the fast part (VALGRIND_REGRESS below, every sql/ test,
 # plus VALGRIND_ISOLATION_FAST); SUITES=valgrind runs every regression
 # test and the longer isolation subset VALGRIND_ISOLATION
@@ -58,7 +63,9 @@ suite_valgrind() {
     # pg_ctl starts the postmaster through this wrapper; every backend is
     # a fork of it, so all of them run under memcheck.
     supp=""
-    for f in "$WORK"/src/tests/valgrind/*.supp; do [ -f "$f" ] && supp="$supp --suppressions=$f"; done
+    for f in "$WORK"/src/tests/valgrind/*.supp ${VALGRIND_SUPPRESSIONS:-}; do
+        [ -f "$f" ] && supp="$supp --suppressions=$f"
+    done
     as_run_user tee "$vg/postgres" >/dev/null <<WRAPPER
 #!/bin/sh
 TMPDIR=$vg
