@@ -930,7 +930,7 @@ describe_row(Decision *d, HeapTuple tuple, TupleDesc desc)
 	};
 	int			i;
 
-	for (i = 0; i < lengthof(map); i++)
+	for (i = 0; i < (int) lengthof(map); i++)
 		d->values[map[i][0]] = SPI_getbinval(tuple, desc, map[i][1],
 											 &d->nulls[map[i][0]]);
 }
@@ -1646,7 +1646,7 @@ idem_attempts_transition_guard(PG_FUNCTION_ARGS)
 	bool		reopen = false;
 	int			i;
 
-	for (i = 0; i < lengthof(identity); i++)
+	for (i = 0; i < (int) lengthof(identity); i++)
 	{
 		int			attnum = SPI_fnumber(desc, identity[i]);
 		Form_pg_attribute att = TupleDescAttr(desc, attnum - 1);
@@ -1788,7 +1788,7 @@ idem_attempt_targets_guard(PG_FUNCTION_ARGS)
 				 errtable(trigdata->tg_relation)));
 	new_id = column(trigdata, new, "current_attempt_id", &new_null);
 	new_at = DatumGetTimestampTz(column(trigdata, new, "current_created_at", &isnull));
-	if (new_null || isnull)
+	if (new_null || isnull || DatumGetPointer(old_id) == NULL)
 		return PointerGetDatum(new);	/* NOT NULL refuses it */
 
 	cmp = new_at < old_at ? -1 : new_at > old_at ? 1 :

@@ -580,7 +580,7 @@ count_claim_outcome(const char *outcome)
 	};
 	int			i;
 
-	for (i = 0; i < lengthof(counters); i++)
+	for (i = 0; i < (int) lengthof(counters); i++)
 		if (strcmp(outcome, counters[i].name) == 0)
 			idem_count(counters[i].counter, 1);
 }

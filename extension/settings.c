@@ -164,10 +164,10 @@ idem_define_settings(void)
 							check_failure_cooldown, NULL, NULL);
 
 	DefineCustomIntVariable("idem.max_response_bytes",
-							"Largest response body stored for replay (0 .. 1GB).",
+							"Largest response body stored for replay (0 .. 1GB; 1GB: any body, a bytea holds less).",
 							"A larger body is recorded as completed but not replayable.",
 							&idem_max_response_bytes,
-							2 * 1024 * 1024, 0, MaxAllocSize,
+							2 * 1024 * 1024, 0, 1024 * 1024 * 1024,
 							PGC_USERSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 }

@@ -173,10 +173,11 @@ is( $killed->query_safe(q{
 		  FROM before_crash WHERE label = 'killed'}),
 	't', 'killed: finalize done, transaction still open');
 
+# The postmaster notices the kill asynchronously: a connection made before
+# it does would see the server up, and the next one refused during crash
+# recovery.  Wait for the restart to begin, then for connections.
 my $log_offset = -s $node->logfile;
 kill 'KILL', $killed_pid;
-# Wait for the postmaster to notice and reinitialize before polling: a
-# connection made in between would still reach the old server.
 $node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset);
 $node->poll_query_until('postgres', 'SELECT true')
   or die 'server did not come back after SIGKILL of a backend';
