@@ -43,7 +43,7 @@ idem_format_ms(int64 ms)
 	};
 	int			i;
 
-	for (i = 0; i < lengthof(units); i++)
+	for (i = 0; i < (int) lengthof(units); i++)
 	{
 		if (ms != 0 && ms % units[i].ms == 0)
 			return psprintf(INT64_FORMAT "%s", ms / units[i].ms, units[i].unit);

@@ -268,10 +268,10 @@ idem_cleanup_worker_main(Datum main_arg)
 
 	job_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup job",
 										ALLOCSET_DEFAULT_SIZES);
-	for (j = 0; j < lengthof(cleanup_jobs); j++)
+	for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(job_context);
-		bool		present = true;
+		volatile bool present = true;
 
 		PG_TRY();
 		{
