@@ -73,6 +73,9 @@ extern char *attempt_uuid_text(Datum uuid);
 extern char *attempt_object_key(const char *prefix, const char *target,
 								Datum attempt_id, int64 generation,
 								const char *name);
+extern char *attempt_key_of(const char *prefix, const char *target,
+							Datum attempt_id, int64 generation,
+							const char *name);
 extern Datum attempt_new_id(void);
 extern bytea *attempt_intent_hash(Jsonb *intent);
 extern Jsonb *attempt_object_arg(FunctionCallInfo fcinfo, int argno,

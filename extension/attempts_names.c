@@ -193,6 +193,21 @@ attempt_object_key(const char *prefix, const char *target, Datum attempt_id,
 					prefix, target, attempt_uuid_text(attempt_id), generation, name);
 }
 
+/*
+ * What idem_attempt_object_key(prefix, target, attempt_id, generation,
+ * name) answers, for the functions' own statements: computed here rather
+ * than by calling the SQL function, which a planted overload could shadow.
+ */
+char *
+attempt_key_of(const char *prefix, const char *target, Datum attempt_id,
+			   int64 generation, const char *name)
+{
+	attempt_check_path("key prefix", prefix, KEY_PREFIX_MAX_BYTES);
+	attempt_check_path("target", target, TARGET_MAX_BYTES);
+	return attempt_object_key(prefix, target, attempt_id, generation,
+							  attempt_safe_name(name, strlen(name)));
+}
+
 /* A fresh attempt id: a random (version 4) UUID. */
 Datum
 attempt_new_id(void)

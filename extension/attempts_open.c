@@ -58,17 +58,20 @@ static IdemStatement select_request = {
 	3, {TEXTOID, TEXTOID, TEXTOID}
 };
 
-/* The hash and the key come from the same functions callers use. */
+/*
+ * The intent hash and the object key are computed in C and passed in: the
+ * statement calls no function of the extension's schema, where another
+ * role may have planted a better-matching overload.
+ */
 static IdemStatement insert_attempt = {
 	"INSERT INTO @extschema@.idem_attempts"
 	" (attempt_id, kind, target, client_request_id, created_by, intent,"
 	"  intent_hash, declared_digest, object_name, object_key)"
-	" SELECT $1, k.kind, $3, $4, $5, $6, @extschema@.idem_intent_hash($6), $7, $8,"
-	"  @extschema@.idem_attempt_object_key(k.key_prefix, $3, $1, 1, $8)"
-	" FROM @extschema@.idem_attempt_kinds k WHERE k.kind = $2"
+	" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, $10)"
 	" ON CONFLICT (kind, target, client_request_id) DO NOTHING"
 	" RETURNING created_at, object_key",
-	8, {UUIDOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, TEXTOID}
+	10, {UUIDOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, TEXTOID,
+	BYTEAOID, TEXTOID}
 };
 
 static IdemStatement select_current = {
@@ -225,6 +228,7 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 	text	   *name_arg;
 	char	   *name;
 	char	   *mode;
+	char	   *prefix;
 	Datum		values[3];
 	MemoryContext outer = CurrentMemoryContext;
 	Decision	d;
@@ -259,6 +263,7 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 				 errmsg("attempt kind \"%s\" is not registered", kind),
 				 errhint("Register it with idem_attempt_register_kind(kind, mode, key_prefix).")));
 	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 
 	values[1] = CStringGetTextDatum(target);
 	values[2] = CStringGetTextDatum(request_id);
@@ -277,8 +282,8 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 		if (idem_execute(&select_request, namespace, values, NULL, false, 1) == 0)
 		{
 			Datum		id = attempt_new_id();
-			Datum		ins[8];
-			char		ins_nulls[8];
+			Datum		ins[10];
+			char		ins_nulls[10];
 
 			memset(ins_nulls, ' ', sizeof(ins_nulls));
 			ins[0] = id;
@@ -291,6 +296,8 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 			if (declared == NULL)
 				ins_nulls[6] = 'n';
 			ins[7] = CStringGetTextDatum(name);
+			ins[8] = PointerGetDatum(hash);
+			ins[9] = CStringGetTextDatum(attempt_key_of(prefix, target, id, 1, name));
 			if (idem_execute(&insert_attempt, namespace, ins, ins_nulls, false, 1) == 1)
 			{
 				set_value(&d, DEC_DECISION, CStringGetTextDatum("new"));

@@ -47,6 +47,10 @@ static IdemStatement reconcile_batch = {
 #define ABANDONED_THROUGH \
 	"CASE WHEN status = 'failed' THEN generation ELSE generation - 1 END"
 
+/*
+ * The sweep answers the parts of each abandoned generation's key; the key
+ * is derived in C (attempt_key_of), not by calling the SQL function.
+ */
 static IdemStatement sweep_batch = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT attempt_id FROM @extschema@.idem_attempts"
@@ -54,9 +58,7 @@ static IdemStatement sweep_batch = {
 	"     AND updated_at < clock_timestamp() - $1"
 	"   ORDER BY updated_at"
 	"   LIMIT $2 FOR UPDATE SKIP LOCKED)"
-	" SELECT a.attempt_id, g.generation,"
-	"  @extschema@.idem_attempt_object_key(k.key_prefix, a.target,"
-	"   a.attempt_id, g.generation, a.object_name)"
+	" SELECT a.attempt_id, g.generation, k.key_prefix, a.target, a.object_name"
 	" FROM batch JOIN @extschema@.idem_attempts a USING (attempt_id)"
 	" JOIN @extschema@.idem_attempt_kinds k ON k.kind = a.kind"
 	" CROSS JOIN LATERAL generate_series(a.swept_through + 1,"
@@ -101,9 +103,13 @@ static IdemStatement prune_attempts = {
  * ----------------------------------------------------------------
  */
 
-/* Run a batch statement and return its rows as the function's result set. */
+/*
+ * Run a batch statement and return its rows as the function's result set.
+ * With derive_key, the statement's columns 3-5 (key prefix, target, object
+ * name) become the result's third column, the generation's object key.
+ */
 static Datum
-batch_result(FunctionCallInfo fcinfo, IdemStatement *stmt)
+batch_result(FunctionCallInfo fcinfo, IdemStatement *stmt, bool derive_key)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			namespace = idem_function_namespace(fcinfo);
@@ -126,6 +132,18 @@ batch_result(FunctionCallInfo fcinfo, IdemStatement *stmt)
 		for (j = 0; j < natts; j++)
 			out[j] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 								   j + 1, &isnull[j]);
+		if (derive_key)
+		{
+			HeapTuple	row = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+
+			out[2] = CStringGetTextDatum(attempt_key_of(SPI_getvalue(row, desc, 3),
+														SPI_getvalue(row, desc, 4),
+														out[0],
+														DatumGetInt64(out[1]),
+														SPI_getvalue(row, desc, 5)));
+			isnull[2] = false;
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, isnull);
 	}
 	SPI_finish();
@@ -142,7 +160,7 @@ batch_result(FunctionCallInfo fcinfo, IdemStatement *stmt)
 Datum
 idem_attempt_reconcile_batch(PG_FUNCTION_ARGS)
 {
-	return batch_result(fcinfo, &reconcile_batch);
+	return batch_result(fcinfo, &reconcile_batch, false);
 }
 
 /*
@@ -155,7 +173,7 @@ idem_attempt_reconcile_batch(PG_FUNCTION_ARGS)
 Datum
 idem_attempt_sweep_batch(PG_FUNCTION_ARGS)
 {
-	return batch_result(fcinfo, &sweep_batch);
+	return batch_result(fcinfo, &sweep_batch, true);
 }
 
 /*

@@ -10,7 +10,11 @@
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
+#include "nodes/makefuncs.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/uuid.h"
 
 PG_FUNCTION_INFO_V1(idem_attempt_store);
@@ -29,20 +33,30 @@ static IdemStatement select_state = {
 	1, {UUIDOID}
 };
 
-/* The new generation rotates the key: same name, g{n+1}. */
+/* What the object key of a generation is derived from. */
+static IdemStatement select_key_parts = {
+	"SELECT k.key_prefix, a.target, a.object_name"
+	" FROM @extschema@.idem_attempts a"
+	" JOIN @extschema@.idem_attempt_kinds k ON k.kind = a.kind"
+	" WHERE a.attempt_id = $1",
+	1, {UUIDOID}
+};
+
+/*
+ * The new generation rotates the key: same name, g{n+1}.  The key ($3) is
+ * derived in C from the parts just read, which the CAS re-states.
+ */
 static IdemStatement reopen_attempt = {
 	"UPDATE @extschema@.idem_attempts a"
 	" SET status = 'pending', failure_reason = NULL,"
-	"  generation = a.generation + 1,"
-	"  object_key = @extschema@.idem_attempt_object_key(k.key_prefix, a.target,"
-	"   a.attempt_id, a.generation + 1, a.object_name),"
+	"  generation = a.generation + 1, object_key = $3,"
 	"  updated_at = clock_timestamp()"
-	" FROM @extschema@.idem_attempt_kinds k"
-	" WHERE k.kind = a.kind AND a.attempt_id = $1 AND a.generation = $2"
+	" WHERE a.attempt_id = $1 AND a.generation = $2"
+	"  AND a.target = $4 AND a.object_name = $5"
 	"  AND a.status = 'failed'"
 	"  AND a.failure_reason IN ('reaped_no_blob', 'digest_mismatch')"
 	" RETURNING a.generation, a.object_key",
-	2, {UUIDOID, INT8OID}
+	5, {UUIDOID, INT8OID, TEXTOID, TEXTOID, TEXTOID}
 };
 
 /* A declared digest must match; exports declare theirs here. */
@@ -56,22 +70,20 @@ static IdemStatement store_attempt = {
 };
 
 /*
- * The failure and its event, in one statement.  Events of one target share
- * the outbox key kind/target, so they are published in order.
+ * The failure, answering its event's topic, payload and key; the event is
+ * staged at once (stage_event).  Events of one target share the outbox key
+ * kind/target, so they are published in order.
  */
 static IdemStatement fail_attempt = {
-	"WITH failed AS ("
-	"  UPDATE @extschema@.idem_attempts"
-	"  SET status = 'failed', failure_reason = $3, updated_at = clock_timestamp()"
-	"  WHERE attempt_id = $1 AND generation = $2 AND status = ANY ($4)"
-	"  RETURNING attempt_id, kind, target, generation, failure_reason, object_key)"
-	" SELECT @extschema@.idem_outbox_stage(f.kind || '.failed',"
+	"UPDATE @extschema@.idem_attempts"
+	" SET status = 'failed', failure_reason = $3, updated_at = clock_timestamp()"
+	" WHERE attempt_id = $1 AND generation = $2 AND status = ANY ($4)"
+	" RETURNING kind || '.failed',"
 	"  COALESCE($5, '{}'::jsonb) || jsonb_build_object("
-	"   'attempt_id', f.attempt_id, 'kind', f.kind, 'target', f.target,"
-	"   'generation', f.generation, 'status', 'failed',"
-	"   'reason', f.failure_reason, 'object_key', f.object_key),"
-	"  f.kind || '/' || f.target)"
-	" FROM failed f",
+	"   'attempt_id', attempt_id, 'kind', kind, 'target', target,"
+	"   'generation', generation, 'status', 'failed',"
+	"   'reason', failure_reason, 'object_key', object_key),"
+	"  kind || '/' || target",
 	5, {UUIDOID, INT8OID, TEXTOID, TEXTARRAYOID, JSONBOID}
 };
 
@@ -118,21 +130,27 @@ static IdemStatement flip_target = {
 	4, {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID}
 };
 
-/* The promotion and its event, in one statement. */
-static IdemStatement promote_attempt = {
-	"UPDATE @extschema@.idem_attempts a"
-	" SET status = 'promoted', updated_at = clock_timestamp(),"
-	"  event_id = @extschema@.idem_outbox_stage("
-	"   COALESCE($3, a.kind || '.promoted'),"
-	"   COALESCE($4, '{}'::jsonb) || jsonb_build_object("
-	"    'attempt_id', a.attempt_id, 'kind', a.kind, 'target', a.target,"
-	"    'generation', a.generation, 'status', 'promoted',"
-	"    'object_key', a.object_key,"
-	"    'digest', encode(a.declared_digest, 'hex'),"
-	"    'intent', a.intent, 'current_attempt_id', $5::uuid),"
-	"   a.kind || '/' || a.target)"
+/* The promotion's event: topic, payload and key; the row is locked. */
+static IdemStatement promotion_event = {
+	"SELECT COALESCE($3, a.kind || '.promoted'),"
+	"  COALESCE($4, '{}'::jsonb) || jsonb_build_object("
+	"   'attempt_id', a.attempt_id, 'kind', a.kind, 'target', a.target,"
+	"   'generation', a.generation, 'status', 'promoted',"
+	"   'object_key', a.object_key,"
+	"   'digest', encode(a.declared_digest, 'hex'),"
+	"   'intent', a.intent, 'current_attempt_id', $5::uuid),"
+	"  a.kind || '/' || a.target"
+	" FROM @extschema@.idem_attempts a"
 	" WHERE a.attempt_id = $1 AND a.generation = $2 AND a.status = 'stored'",
 	5, {UUIDOID, INT8OID, TEXTOID, JSONBOID, UUIDOID}
+};
+
+/* The promotion, naming the event just staged ($3); the row is locked. */
+static IdemStatement promote_attempt = {
+	"UPDATE @extschema@.idem_attempts"
+	" SET status = 'promoted', updated_at = clock_timestamp(), event_id = $3"
+	" WHERE attempt_id = $1 AND generation = $2 AND status = 'stored'",
+	3, {UUIDOID, INT8OID, INT8OID}
 };
 
 static IdemStatement supersede_attempt = {
@@ -141,6 +159,60 @@ static IdemStatement supersede_attempt = {
 	" WHERE attempt_id = $1 AND status = 'promoted'",
 	2, {UUIDOID, UUIDOID}
 };
+
+/*
+ * Stage an outbox event through the extension's own
+ * idem_outbox_stage(text, jsonb, text, jsonb, interval): found by its
+ * exact signature in the extension's schema and called through fmgr, not
+ * by name from SQL, where an overload another role planted in the schema
+ * could be the better match or make the call ambiguous.  The event's id.
+ */
+static int64
+stage_event(Oid namespace, Datum topic, Datum payload, Datum key)
+{
+	Oid			argtypes[5] = {TEXTOID, JSONBOID, TEXTOID, JSONBOID, INTERVALOID};
+	List	   *name = list_make2(makeString(get_namespace_name(namespace)),
+								  makeString("idem_outbox_stage"));
+	Oid			fn = LookupFuncName(name, 5, argtypes, false);
+	FmgrInfo	flinfo;
+	Datum		result;
+
+	LOCAL_FCINFO(fcinfo, 5);
+
+	fmgr_info(fn, &flinfo);
+	InitFunctionCallInfoData(*fcinfo, &flinfo, 5, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = topic;
+	fcinfo->args[0].isnull = false;
+	fcinfo->args[1].value = payload;
+	fcinfo->args[1].isnull = false;
+	fcinfo->args[2].value = key;
+	fcinfo->args[2].isnull = false;
+	fcinfo->args[3].value = (Datum) 0;
+	fcinfo->args[3].isnull = true;
+	fcinfo->args[4].value = IntervalPGetDatum(palloc0(sizeof(Interval)));
+	fcinfo->args[4].isnull = false;
+	result = FunctionCallInvoke(fcinfo);
+	if (fcinfo->isnull)
+		elog(ERROR, "idem_outbox_stage returned NULL");
+	return DatumGetInt64(result);
+}
+
+/*
+ * Copy the event a statement answered (topic, payload, key in columns 1-3
+ * of its only row) out of the statement's result, and stage it.
+ */
+static int64
+stage_answered_event(Oid namespace)
+{
+	HeapTuple	row = SPI_tuptable->vals[0];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+	Datum		topic = SPI_getbinval(row, desc, 1, &isnull);
+	Datum		payload = SPI_getbinval(row, desc, 2, &isnull);
+	Datum		key = SPI_getbinval(row, desc, 3, &isnull);
+
+	return stage_event(namespace, topic, payload, key);
+}
 
 /* The row as the last miss found it. */
 typedef struct AttemptRow
@@ -380,7 +452,10 @@ idem_attempt_promote(PG_FUNCTION_ARGS)
 					 &current, &previous, &has_previous);
 
 	values[4] = current;
-	if (idem_execute(&promote_attempt, namespace, values, nulls, false, 0) != 1)
+	if (idem_execute(&promotion_event, namespace, values, nulls, false, 1) != 1)
+		elog(ERROR, "attempt %s changed while locked", attempt_uuid_text(attempt_id));
+	values[2] = Int64GetDatum(stage_answered_event(namespace));
+	if (idem_execute(&promote_attempt, namespace, values, NULL, false, 0) != 1)
 		elog(ERROR, "attempt %s changed while locked", attempt_uuid_text(attempt_id));
 
 	if (DatumGetUUIDP(current) != DatumGetUUIDP(attempt_id) &&
@@ -447,7 +522,9 @@ idem_attempt_fail(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	done = idem_execute(&fail_attempt, namespace, values, nulls, false, 0) == 1;
-	if (!done)
+	if (done)
+		stage_answered_event(namespace);
+	else
 		explain_miss(namespace, values[0], DatumGetInt64(values[1]),
 					 gone ? pending_or_stored : pending_only, gone ? 2 : 1, to, &row);
 	SPI_finish();
@@ -465,9 +542,27 @@ bool
 attempt_reopen_cas(Oid namespace, Datum attempt_id, int64 generation,
 				   Datum *new_generation, Datum *new_key)
 {
-	Datum		values[2] = {attempt_id, Int64GetDatum(generation)};
+	Datum		values[5];
+	HeapTuple	row;
+	TupleDesc	desc;
+	char	   *prefix;
+	char	   *target;
+	char	   *name;
 	bool		isnull;
 
+	values[0] = attempt_id;
+	values[1] = Int64GetDatum(generation);
+	if (idem_execute(&select_key_parts, namespace, values, NULL, false, 1) != 1)
+		return false;			/* explain_miss says it does not exist */
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	prefix = SPI_getvalue(row, desc, 1);
+	target = SPI_getvalue(row, desc, 2);
+	name = SPI_getvalue(row, desc, 3);
+	values[2] = CStringGetTextDatum(attempt_key_of(prefix, target, attempt_id,
+												   generation + 1, name));
+	values[3] = CStringGetTextDatum(target);
+	values[4] = CStringGetTextDatum(name);
 	if (idem_execute(&reopen_attempt, namespace, values, NULL, false, 1) != 1)
 		return false;
 	*new_generation = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
