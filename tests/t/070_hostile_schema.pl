@@ -118,6 +118,7 @@ for my $db (all_dbs())
 		-- What a pg_temp relation stand-in returns: a recorded call.
 		CREATE FUNCTION hostile.rec(what text) RETURNS text LANGUAGE plpgsql AS $$
 		BEGIN
+			RAISE LOG 'hostile plant ran: % as % (session %)', what, current_user, session_user;
 			INSERT INTO hostile.calls VALUES (what, current_user, session_user);
 			RETURN NULL;
 		END $$;
@@ -182,8 +183,9 @@ BEGIN
 	INSERT INTO hostile.plan (ddl, why) VALUES (pg_catalog.format(
 		'CREATE FUNCTION %I.%I(%s) RETURNS %s%s LANGUAGE plpgsql AS %L',
 		s, fname, arglist, CASE WHEN retset THEN 'SETOF ' ELSE '' END, ret,
-		pg_catalog.format('BEGIN INSERT INTO hostile.calls VALUES (%L, current_user, session_user); RETURN%s; END',
-						  sig, CASE WHEN retset OR ret = 'void' THEN '' ELSE ' NULL' END)), why)
+		pg_catalog.format('BEGIN RAISE LOG ''hostile plant ran: %% as %% (session %%)'', %L, current_user, session_user;'
+						  ' INSERT INTO hostile.calls VALUES (%L, current_user, session_user); RETURN%s; END',
+						  sig, sig, CASE WHEN retset OR ret = 'void' THEN '' ELSE ' NULL' END)), why)
 	ON CONFLICT DO NOTHING;
 END $$;
 
@@ -201,7 +203,8 @@ BEGIN
 	INSERT INTO hostile.plan (ddl, why) VALUES (pg_catalog.format(
 		'CREATE FUNCTION hostile.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
 		fname, concat_ws(', ', pg_catalog.format_type(l, NULL), pg_catalog.format_type(r, NULL)), ret,
-		pg_catalog.format('BEGIN INSERT INTO hostile.calls VALUES (%L, current_user, session_user); RETURN NULL; END', sig)), why)
+		pg_catalog.format('BEGIN RAISE LOG ''hostile plant ran: %% as %% (session %%)'', %L, current_user, session_user;'
+						  ' INSERT INTO hostile.calls VALUES (%L, current_user, session_user); RETURN NULL; END', sig, sig)), why)
 	ON CONFLICT DO NOTHING;
 	INSERT INTO hostile.plan (ddl, why) VALUES (pg_catalog.format(
 		'CREATE OPERATOR %I.%s (FUNCTION = hostile.%I, %s RIGHTARG = %s)',
@@ -641,6 +644,19 @@ $node->start;
 	is(worker_pass('equal_after'), '0', 'the cleanup worker ran a pass over equal_after');
 }
 
+# --- The recorder works: a plant called on purpose (a better match for an
+# integer argument of format) logs its call; the probe's row is removed.
+$node->safe_psql('better_after', q{
+	SET search_path = pg_catalog;
+	SELECT public.format('%s'::text, 1::integer);
+}, extra_params => [ '-U', 'app' ]);
+is( $node->safe_psql('better_after', q{
+		SET search_path = pg_catalog;
+		DELETE FROM hostile.calls WHERE fn OPERATOR(pg_catalog.~~) 'public.format(text, integer)%'::text
+		RETURNING cur;
+	}, extra_params => [ '-U', 'attacker' ]),
+	'app', 'a plant records its calls (the probe ran as app)');
+
 # --- The verdict.
 my $privileged = q{
 	SELECT rolname FROM pg_catalog.pg_roles WHERE rolsuper
@@ -660,6 +676,23 @@ for my $db (all_dbs())
 		SELECT fn || ' as ' || cur || ' (session ' || sess || ')' FROM hostile.calls ORDER BY 1});
 	is($any, '', "$db: no planted object ran at all");
 }
+# A plant whose call made its statement fail left no row (it rolled
+# back), but its LOG line stays in the server log.
+{
+	my @privileged = split /\n/, $node->safe_psql('better_after', "SET search_path = pg_catalog; $privileged");
+	my %is_privileged = map { $_ => 1 } @privileged;
+	my @ran = (slurp_file($node->logfile) =~ /LOG:  hostile plant ran: (.*? as (\S+) \(session \S+\))/g);
+	my (@as_privileged, @all);
+	while (my ($line, $cur) = splice(@ran, 0, 2))
+	{
+		next if $line =~ /^public\.format\(text, integer\)/ && $cur eq 'app';    # the probe
+		push @all, $line;
+		push @as_privileged, $line if $is_privileged{$cur};
+	}
+	is(join("\n", @as_privileged), '', 'server log: no plant ran as the owner, a definer or a superuser');
+	is(join("\n", @all), '', 'server log: no plant ran at all');
+}
+
 # The sessions' errors, and the server log's lines of backends (the
 # worker's are logged without an application name: 070_hostile_schema.pl
 # is psql's).
