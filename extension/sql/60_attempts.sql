@@ -18,11 +18,11 @@ CREATE TABLE idem_attempt_kinds (
     kind          text        NOT NULL,
     mode          text        NOT NULL,
     key_prefix    text        NOT NULL,
-    registered_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    registered_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     CONSTRAINT idem_attempt_kinds_pkey PRIMARY KEY (kind),
-    CONSTRAINT idem_attempt_kinds_mode CHECK (mode IN ('append', 'replace')),
-    CONSTRAINT idem_attempt_kinds_kind_format CHECK (kind ~ '^[a-z][a-z0-9_]{0,62}$'),
-    CONSTRAINT idem_attempt_kinds_key_prefix_length CHECK (octet_length(key_prefix) <= 255)
+    CONSTRAINT idem_attempt_kinds_mode CHECK (mode OPERATOR(pg_catalog.=) ANY (ARRAY['append', 'replace']::pg_catalog.text[])),
+    CONSTRAINT idem_attempt_kinds_kind_format CHECK (kind OPERATOR(pg_catalog.~) '^[a-z][a-z0-9_]{0,62}$'::pg_catalog.text),
+    CONSTRAINT idem_attempt_kinds_key_prefix_length CHECK (pg_catalog.octet_length(key_prefix) OPERATOR(pg_catalog.<=) 255)
 );
 COMMENT ON TABLE idem_attempt_kinds IS
     'pg_idem: registered attempt kinds (idem_attempt_register_kind)';
@@ -48,29 +48,37 @@ CREATE TABLE idem_attempts (
     event_id          bigint,
     superseded_by     uuid,
     swept_through     bigint      NOT NULL DEFAULT 0,
-    created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    created_at        timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    updated_at        timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     checked_at        timestamptz,
     CONSTRAINT idem_attempts_pkey PRIMARY KEY (attempt_id),
     CONSTRAINT idem_attempts_request_unique UNIQUE (kind, target, client_request_id),
     CONSTRAINT idem_attempts_kind_fkey FOREIGN KEY (kind)
         REFERENCES idem_attempt_kinds (kind),
-    CONSTRAINT idem_attempts_status CHECK (status IN
-        ('pending', 'stored', 'promoted', 'superseded', 'failed')),
+    CONSTRAINT idem_attempts_status CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY
+        ['pending', 'stored', 'promoted', 'superseded', 'failed']::pg_catalog.text[])),
     CONSTRAINT idem_attempts_failure_reason CHECK (
-        CASE WHEN status = 'failed'
-             THEN failure_reason IN ('reaped_no_blob', 'digest_mismatch', 'target_gone')
+        CASE WHEN status OPERATOR(pg_catalog.=) 'failed'::pg_catalog.text
+             THEN failure_reason OPERATOR(pg_catalog.=) ANY (ARRAY
+                  ['reaped_no_blob', 'digest_mismatch', 'target_gone']::pg_catalog.text[])
              ELSE failure_reason IS NULL END),
-    CONSTRAINT idem_attempts_generation CHECK (generation >= 1),
+    CONSTRAINT idem_attempts_generation CHECK (generation OPERATOR(pg_catalog.>=) 1),
     CONSTRAINT idem_attempts_stored_has_digest
-        CHECK (status NOT IN ('stored', 'promoted', 'superseded') OR declared_digest IS NOT NULL),
-    CONSTRAINT idem_attempts_superseded_by CHECK ((status = 'superseded') = (superseded_by IS NOT NULL)),
-    CONSTRAINT idem_attempts_intent_hash_length CHECK (octet_length(intent_hash) = 32),
+        CHECK (status OPERATOR(pg_catalog.<>) ALL (ARRAY['stored', 'promoted', 'superseded']::pg_catalog.text[])
+               OR declared_digest IS NOT NULL),
+    CONSTRAINT idem_attempts_superseded_by
+        CHECK ((status OPERATOR(pg_catalog.=) 'superseded'::pg_catalog.text)
+               OPERATOR(pg_catalog.=) (superseded_by IS NOT NULL)),
+    CONSTRAINT idem_attempts_intent_hash_length
+        CHECK (pg_catalog.octet_length(intent_hash) OPERATOR(pg_catalog.=) 32),
     CONSTRAINT idem_attempts_declared_digest_length
-        CHECK (declared_digest IS NULL OR octet_length(declared_digest) = 32),
-    CONSTRAINT idem_attempts_target_length CHECK (octet_length(target) BETWEEN 1 AND 512),
+        CHECK (declared_digest IS NULL OR pg_catalog.octet_length(declared_digest) OPERATOR(pg_catalog.=) 32),
+    CONSTRAINT idem_attempts_target_length
+        CHECK (pg_catalog.octet_length(target) OPERATOR(pg_catalog.>=) 1
+               AND pg_catalog.octet_length(target) OPERATOR(pg_catalog.<=) 512),
     CONSTRAINT idem_attempts_client_request_id_length
-        CHECK (octet_length(client_request_id) BETWEEN 1 AND 255)
+        CHECK (pg_catalog.octet_length(client_request_id) OPERATOR(pg_catalog.>=) 1
+               AND pg_catalog.octet_length(client_request_id) OPERATOR(pg_catalog.<=) 255)
 );
 COMMENT ON TABLE idem_attempts IS
     'pg_idem: multi-step attempts; written only through the idem_attempt_* functions';
@@ -88,14 +96,16 @@ COMMENT ON COLUMN idem_attempts.checked_at IS
 -- What the reconciler selects: live attempts by the time they were last
 -- changed or looked at.
 CREATE INDEX idem_attempts_reconcile ON idem_attempts ((GREATEST(updated_at, checked_at)))
-    WHERE status IN ('pending', 'stored');
+    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['pending', 'stored']::pg_catalog.text[]);
 -- What the pruner selects: finished attempts by age.
 CREATE INDEX idem_attempts_prune ON idem_attempts (updated_at)
-    WHERE status IN ('promoted', 'superseded', 'failed');
+    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['promoted', 'superseded', 'failed']::pg_catalog.text[]);
 -- What the sweeper selects: attempts with blobs of abandoned generations
 -- (older generations, and the last one of a failed attempt) not yet deleted.
 CREATE INDEX idem_attempts_sweep ON idem_attempts (updated_at)
-    WHERE swept_through < CASE WHEN status = 'failed' THEN generation ELSE generation - 1 END;
+    WHERE swept_through OPERATOR(pg_catalog.<)
+          CASE WHEN status OPERATOR(pg_catalog.=) 'failed'::pg_catalog.text THEN generation
+               ELSE generation OPERATOR(pg_catalog.-) 1 END;
 
 -- The current attempt of each replace-kind target.  The pointer is never
 -- NULL and only moves forward in (created_at, attempt_id) order; a guard
@@ -105,7 +115,7 @@ CREATE TABLE idem_attempt_targets (
     target             text        NOT NULL,
     current_attempt_id uuid        NOT NULL,
     current_created_at timestamptz NOT NULL,
-    flipped_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    flipped_at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     CONSTRAINT idem_attempt_targets_pkey PRIMARY KEY (kind, target),
     CONSTRAINT idem_attempt_targets_kind_fkey FOREIGN KEY (kind)
         REFERENCES idem_attempt_kinds (kind)
@@ -277,8 +287,8 @@ CREATE CONSTRAINT TRIGGER idem_attempts_promotion_published
     AFTER UPDATE ON idem_attempts
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW
-    WHEN (NEW.status IN ('promoted', 'superseded')
-          AND (OLD.status NOT IN ('promoted', 'superseded')
+    WHEN (NEW.status OPERATOR(pg_catalog.=) ANY (ARRAY['promoted', 'superseded']::pg_catalog.text[])
+          AND (OLD.status OPERATOR(pg_catalog.<>) ALL (ARRAY['promoted', 'superseded']::pg_catalog.text[])
                OR NEW.event_id IS DISTINCT FROM OLD.event_id))
     EXECUTE FUNCTION idem_attempts_promotion_published();
 

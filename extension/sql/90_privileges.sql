@@ -14,11 +14,16 @@
 --
 -- The roles are cluster-wide: they are created once and kept by DROP
 -- EXTENSION (another database may use them).
+--
+-- The block runs as a superuser with the search_path set to the target
+-- schema, which other roles may be able to create in: every function and
+-- operator in it is schema-qualified and called with exactly typed
+-- arguments, so that no overload of theirs can be chosen.
 
 DO $privileges$
 DECLARE
     -- The request path: what an application role needs.
-    client_functions CONSTANT text[] := ARRAY[
+    client_functions CONSTANT pg_catalog.name[] := ARRAY[
         'idem_key', 'idem_request_hash',
         'idem_claim', 'idem_begin', 'idem_lookup', 'idem_renew',
         'idem_finalize', 'idem_release', 'idem_fail',
@@ -27,67 +32,82 @@ DECLARE
         'idem_inbox_begin', 'idem_inbox_done', 'idem_inbox_fail',
         'idem_attempt_open', 'idem_attempt_object_key', 'idem_attempt_store',
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',
-        'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash'];
+        'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash']::pg_catalog.name[];
     -- Pure functions of their arguments: no table, no need for definer rights.
-    pure_functions CONSTANT text[] := ARRAY[
+    pure_functions CONSTANT pg_catalog.name[] := ARRAY[
         'idem_key', 'idem_request_hash', 'idem_attempt_object_key',
-        'idem_attempt_safe_name', 'idem_intent_hash'];
-    ext_oid oid := (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'pg_idem');
+        'idem_attempt_safe_name', 'idem_intent_hash']::pg_catalog.name[];
+    ext_oid pg_catalog.oid := (SELECT e.oid FROM pg_catalog.pg_extension e
+                                WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'::pg_catalog.name);
+    proc_class CONSTANT pg_catalog.oid := 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid;
+    class_class CONSTANT pg_catalog.oid := 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid;
+    ext_class CONSTANT pg_catalog.oid := 'pg_catalog.pg_extension'::pg_catalog.regclass::pg_catalog.oid;
+    trigger_type CONSTANT pg_catalog.oid := 'pg_catalog.trigger'::pg_catalog.regtype::pg_catalog.oid;
     fn record;
     rel record;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'idem_client') THEN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                    WHERE r.rolname OPERATOR(pg_catalog.=) 'idem_client'::pg_catalog.name) THEN
         CREATE ROLE idem_client NOLOGIN;
     END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'idem_admin') THEN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                    WHERE r.rolname OPERATOR(pg_catalog.=) 'idem_admin'::pg_catalog.name) THEN
         CREATE ROLE idem_admin NOLOGIN;
     END IF;
     GRANT USAGE ON SCHEMA @extschema@ TO idem_client, idem_admin;
-    IF NOT pg_catalog.pg_has_role('idem_admin', 'idem_client', 'MEMBER') THEN
+    IF NOT pg_catalog.pg_has_role('idem_admin'::pg_catalog.name, 'idem_client'::pg_catalog.name,
+                                  'MEMBER'::pg_catalog.text) THEN
         GRANT idem_client TO idem_admin;
     END IF;
 
     FOR fn IN
-        SELECT p.oid::regprocedure AS signature, p.proname,
-               p.prorettype = 'pg_catalog.trigger'::regtype AS is_trigger
+        SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature, p.proname,
+               p.prorettype OPERATOR(pg_catalog.=) trigger_type AS is_trigger
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_proc p ON p.oid = d.objid
-         WHERE d.classid = 'pg_catalog.pg_proc'::regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::regclass
-           AND d.refobjid = ext_oid AND d.deptype = 'e'
+          JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) proc_class
+           AND d.refclassid OPERATOR(pg_catalog.=) ext_class
+           AND d.refobjid OPERATOR(pg_catalog.=) ext_oid
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog."char"
     LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn.signature);
-        IF NOT fn.is_trigger AND NOT fn.proname = ANY (pure_functions) THEN
-            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp',
-                           fn.signature);
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC'::pg_catalog.text,
+                                  fn.signature);
+        IF NOT fn.is_trigger AND NOT fn.proname OPERATOR(pg_catalog.=) ANY (pure_functions) THEN
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp'::pg_catalog.text,
+                                      fn.signature);
         END IF;
-        IF fn.proname = ANY (client_functions) THEN
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_client', fn.signature);
+        IF fn.proname OPERATOR(pg_catalog.=) ANY (client_functions) THEN
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO idem_client'::pg_catalog.text,
+                                      fn.signature);
         ELSIF fn.is_trigger THEN
             -- EXECUTE is what CREATE TRIGGER checks (firing checks nothing),
             -- so only the version guard, meant for the caller's own tables,
             -- is granted.  The others assume pg_idem's tables: on a table of
             -- the caller's making they would misread its columns.
-            IF fn.proname = 'idem_version_guard' THEN
-                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_client', fn.signature);
+            IF fn.proname OPERATOR(pg_catalog.=) 'idem_version_guard'::pg_catalog.name THEN
+                EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO idem_client'::pg_catalog.text,
+                                          fn.signature);
             END IF;
         ELSE
-            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO idem_admin', fn.signature);
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO idem_admin'::pg_catalog.text,
+                                      fn.signature);
         END IF;
     END LOOP;
 
     -- Tables, sequences and views: nothing for PUBLIC; admins may read.
     FOR rel IN
-        SELECT c.oid::regclass AS name, c.relkind
+        SELECT c.oid::pg_catalog.regclass::pg_catalog.text AS name,
+               c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'v', 'p']::pg_catalog."char"[]) AS readable
           FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_class c ON c.oid = d.objid
-         WHERE d.classid = 'pg_catalog.pg_class'::regclass
-           AND d.refclassid = 'pg_catalog.pg_extension'::regclass
-           AND d.refobjid = ext_oid AND d.deptype = 'e'
+          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) class_class
+           AND d.refclassid OPERATOR(pg_catalog.=) ext_class
+           AND d.refobjid OPERATOR(pg_catalog.=) ext_oid
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog."char"
     LOOP
-        EXECUTE format('REVOKE ALL ON %s FROM PUBLIC', rel.name);
-        IF rel.relkind IN ('r', 'v', 'p') THEN
-            EXECUTE format('GRANT SELECT ON %s TO idem_admin', rel.name);
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s FROM PUBLIC'::pg_catalog.text, rel.name);
+        IF rel.readable THEN
+            EXECUTE pg_catalog.format('GRANT SELECT ON %s TO idem_admin'::pg_catalog.text, rel.name);
         END IF;
     END LOOP;
 END
