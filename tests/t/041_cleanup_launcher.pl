@@ -17,6 +17,7 @@ $node->append_conf(
 shared_preload_libraries = 'pg_idem'
 idem.cleanup_interval = '1s'
 idem.ttl = '1s'
+idem.tombstone_ttl = 0
 });
 $node->start;
 

@@ -614,6 +614,7 @@ for my $db (all_dbs())
 # (better_after first: idem.database is read at server start).
 $node->safe_psql('postgres', q{
 	ALTER SYSTEM SET idem.ttl = '1s';
+	ALTER SYSTEM SET idem.tombstone_ttl = 0;
 	ALTER SYSTEM SET idem.cleanup_interval = '1s';
 	SELECT pg_reload_conf();
 });

@@ -152,11 +152,12 @@ is(q1($new, qq{SELECT idem_finalize(${\ $k->('short')}, '$stealer', 201, NULL, '
 
 ### The cleanup worker runs on the new primary.
 
-$new->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_idem cleanup'})
-  or die 'no cleanup worker';
-ok(1, 'the cleanup worker started on the new primary');
-q1($new, q{ALTER SYSTEM SET idem.ttl = '1s'; SELECT pg_reload_conf()});
+$new->poll_query_until('postgres', q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_idem launcher'})
+  or die 'no cleanup launcher';
+ok(1, 'the cleanup launcher started on the new primary');
+q1($new, q{ALTER SYSTEM SET idem.ttl = '1s'; ALTER SYSTEM SET idem.tombstone_ttl = 0;
+           ALTER SYSTEM SET idem.cleanup_interval = '1s'; SELECT pg_reload_conf()});
 ok($new->poll_query_until('postgres', q{SELECT count(*) = 0 FROM idem_keys WHERE state = 'completed'}),
-	'and deletes the finished keys past idem.ttl');
+	'and its workers delete the finished keys past idem.ttl');
 
 done_testing();
