@@ -1,0 +1,108 @@
+// Giving a claim up (release, fail) and settling a commit whose outcome
+// was lost with the connection.
+#include "runner_engine.hpp"
+
+namespace idem::detail {
+
+void engine::give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
+                           storage_action action, bool *held) const
+{
+    bool scratch = false;
+    bool &lock = held ? *held : scratch;
+    try
+    {
+        if (!conn)
+        {
+            conn = provider_.acquire();
+            lock = false;  // a session of its own: the old one took the lock with it
+        }
+        pg::result r = action == storage_action::fail
+                           ? (lock ? conn->exec(sql_.fail_unlock, pg::as_bytea(c.ck_bytes), claim_id,
+                                                cfg_.failure_cooldown(), lock_class, c.lock_key)
+                                   : conn->exec(sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
+                                                cfg_.failure_cooldown()))
+                           : (lock ? conn->exec(sql_.release_unlock, pg::as_bytea(c.ck_bytes),
+                                                claim_id, lock_class, c.lock_key)
+                                   : conn->exec(sql_.release, pg::as_bytea(c.ck_bytes), claim_id));
+        if (lock && !r.is_null(0, 1) && r.get_bool(0, 1))
+            lock = false;  // released by the statement's commit
+        if (r.is_null(0, 0) || !r.get_bool(0, 0))
+        {
+            emit(event::lease_stolen);
+            c.res.lease_stolen = true;
+        }
+    }
+    catch (const std::exception &)
+    {
+        emit(event::release_error);
+        if (!c.res.error)
+            c.res.error = std::current_exception();
+        if (conn && !conn->is_open())
+        {
+            conn.reset();
+            lock = false;  // went with the session
+        }
+    }
+}
+
+// After a lost connection: did our commit happen? Renewing the claim waits
+// for a commit still in flight (it holds the row lock) and then tells
+// whether the key is still ours (nothing was stored); otherwise the stored
+// row says whether it holds our result.
+settled engine::settle_by_reading(call &c, const std::string &claim_id,
+                                  std::int64_t generation) const
+{
+    const auto deadline = clock::now() + cfg_.follower_wait_budget();
+    for (unsigned attempt = 0; attempt < 3 && clock::now() < deadline; ++attempt)
+    {
+        try
+        {
+            connection_handle conn = provider_.acquire();
+            pg::result r = conn->exec(sql_.probe_renew, pg::as_bytea(c.ck_bytes), claim_id,
+                                      cfg_.lease(), lock_timeout_text(remaining(deadline)));
+            if (!r.is_null(0, 0) && r.get_bool(0, 0))
+                return settled::not_committed;
+            const claim_row row = lookup(c, *conn);
+            const bool ours = row.generation == 0 || generation == 0 || row.generation == generation;
+            if (row.outcome == "replay" && ours)
+                return settled::committed;
+            if (row.outcome == "not_replayable" && ours)
+                return settled::committed_uncached;
+            return settled::lost;
+        }
+        catch (const pg::lock_not_available &)
+        {
+            return settled::unknown;
+        }
+        catch (const pg::query_canceled &)
+        {
+            return settled::unknown;
+        }
+        catch (const std::exception &)
+        {
+            if (!c.res.error)
+                c.res.error = std::current_exception();
+            std::this_thread::sleep_for(cfg_.poll_min());
+        }
+    }
+    return settled::unknown;
+}
+
+std::vector<pg::param> engine::finalize_params(const call &c, const std::string &claim_id,
+                                               const response &resp, bool strict) const
+{
+    const bool over_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
+    // Over the client's cap one byte is enough for the server to record
+    // "completed, not replayable" (see statements::finalize).
+    const std::string_view body =
+        over_cap ? std::string_view(resp.body).substr(0, 1) : std::string_view(resp.body);
+    return {pg::to_param(pg::as_bytea(c.ck_bytes)),
+            pg::to_param(claim_id),
+            pg::to_param(resp.status),
+            pg::to_param(allow_.to_json(resp.headers)),
+            pg::to_param(pg::as_bytea(body)),
+            pg::to_param(strict),
+            pg::to_param(over_cap)};
+}
+
+}  // namespace idem::detail
