@@ -103,6 +103,16 @@ config::builder &config::builder::profile(status_profile p)
     c_.profile_ = p;
     return *this;
 }
+config::builder &config::builder::prepared_statements(pg::preparation how)
+{
+    c_.preparation_ = how;
+    return *this;
+}
+config::builder &config::builder::pooler_mode(bool on)
+{
+    c_.preparation_ = on ? pg::preparation::unnamed : pg::preparation::named;
+    return *this;
+}
 config::builder &config::builder::wakeup(follower_wakeup w)
 {
     c_.wakeup_ = w;

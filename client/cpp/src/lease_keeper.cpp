@@ -55,7 +55,7 @@ void lease_keeper::loop()
             }
             if (now >= next_lock)
             {
-                lock_held_ = conn_->exec(try_lock_sql, lock_class, c_.lock_key).get_bool(0, 0);
+                lock_held_ = e_.q(*conn_, try_lock_sql, lock_class, c_.lock_key).get_bool(0, 0);
                 if (lock_held_)
                     next_lock = never;
                 else
@@ -66,7 +66,7 @@ void lease_keeper::loop()
             }
             if (now >= next_renew)
             {
-                pg::result r = conn_->exec(e_.sql().renew, pg::as_bytea(c_.ck_bytes), claim_id_,
+                pg::result r = e_.q(*conn_, e_.sql().renew, pg::as_bytea(c_.ck_bytes), claim_id_,
                                            cfg.lease(), lock_timeout_text(cfg.renew_interval()));
                 if (r.is_null(0, 0) || !r.get_bool(0, 0))
                 {
@@ -76,7 +76,7 @@ void lease_keeper::loop()
                     {
                         try
                         {
-                            conn_->exec(unlock_sql, lock_class, c_.lock_key);
+                            e_.q(*conn_, unlock_sql, lock_class, c_.lock_key);
                         }
                         catch (...)
                         {

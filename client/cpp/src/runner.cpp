@@ -117,12 +117,12 @@ void engine::store_standard(call &c, connection_handle &conn, bool &held,
                 std::vector<pg::param> with_lock = params;
                 with_lock.push_back(pg::to_param(lock_class));
                 with_lock.push_back(pg::to_param(c.lock_key));
-                r = conn->exec_params(sql_.finalize_unlock, with_lock);
+                r = qp(*conn, sql_.finalize_unlock, with_lock);
                 if (!r.is_null(0, 2) && r.get_bool(0, 2))
                     held = false;  // released by the finalize's commit
             }
             else
-                r = conn->exec_params(sql_.finalize, params);
+                r = qp(*conn, sql_.finalize, params);
             if (r.is_null(0, 0) || !r.get_bool(0, 0))
             {
                 emit(event::lease_stolen);

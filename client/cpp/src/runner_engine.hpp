@@ -228,6 +228,20 @@ public:
                          pg::isolation level) const;
 
     const config &cfg() const { return cfg_; }
+    // Runs one of the runner's statements on a connection or in a
+    // transaction, prepared the configured way.
+    template <typename Conn, typename... Args>
+    pg::result q(Conn &c, const std::string &sql, Args &&...args) const
+    {
+        return c.exec_prepared(sql, std::vector<pg::param>{pg::to_param(std::forward<Args>(args))...},
+                               pg::format::text, cfg_.prepared_statements());
+    }
+    template <typename Conn>
+    pg::result qp(Conn &c, const std::string &sql, const std::vector<pg::param> &params,
+                  pg::format f = pg::format::text) const
+    {
+        return c.exec_prepared(sql, params, f, cfg_.prepared_statements());
+    }
     const statements &sql() const { return sql_; }
     connection_provider &provider() const { return provider_; }
     void emit(event e) const

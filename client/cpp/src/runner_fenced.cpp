@@ -98,7 +98,7 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
             const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
             // The fence: the last statement of the transaction raises IL001
             // if the claim is no longer ours, taking the handler's writes down.
-            pg::result r = tx.exec_params(sql_.finalize, finalize_params(c, row.claim_id, resp, true));
+            pg::result r = qp(tx, sql_.finalize, finalize_params(c, row.claim_id, resp, true));
             const auto server_cap = parse_size_setting(r.get_optional_text(0, 1));
             std::optional<settled> s;
             try

@@ -83,7 +83,7 @@ claim_row engine::claim(call &c, pg::connection &conn) const
         pg::to_param(cfg_.lease()),           pg::to_param(use_lock),
         pg::to_param(lock_class),             pg::to_param(c.lock_key),
         pg::to_param(lock_timeout_text(remaining(c.deadline)))};
-    return parse_row(conn.exec_params(sql_.claim, params, pg::format::binary));
+    return parse_row(qp(conn, sql_.claim, params, pg::format::binary));
 }
 
 claim_row engine::lookup(call &c, pg::connection &conn) const
@@ -92,7 +92,7 @@ claim_row engine::lookup(call &c, pg::connection &conn) const
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)), pg::to_param(use_lock),
                                   pg::to_param(lock_class), pg::to_param(c.lock_key)};
-    return parse_row(conn.exec_params(sql_.lookup, params, pg::format::binary));
+    return parse_row(qp(conn, sql_.lookup, params, pg::format::binary));
 }
 
 // What a non-winning row means for this request.
@@ -150,7 +150,7 @@ void engine::wait_for_winner(call &c, pg::connection &conn, const claim_row &row
             const milliseconds slice = std::min(remaining(c.deadline), cfg_.poll_max());
             try
             {
-                conn.exec(wait_sql, lock_timeout_text(slice), lock_class, c.lock_key);
+                q(conn, wait_sql, lock_timeout_text(slice), lock_class, c.lock_key);
             }
             catch (const pg::lock_not_available &)
             {
@@ -275,7 +275,7 @@ void engine::unlock(call &c, connection_handle &conn, bool held) const
         return;
     try
     {
-        conn->exec(unlock_sql, lock_class, c.lock_key);
+        q(*conn, unlock_sql, lock_class, c.lock_key);
     }
     catch (...)
     {

@@ -37,12 +37,12 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 tx.emplace(*conn, level);
                 // Duplicates wait inside idem_begin for the first transaction;
                 // bound that wait by our budget, then restore the caller's setting.
-                pg::result lt = tx->exec(get_lock_timeout_sql, lock_timeout_text(remaining(c.deadline)));
+                pg::result lt = q(*tx, get_lock_timeout_sql, lock_timeout_text(remaining(c.deadline)));
                 std::vector<pg::param> params{
                     pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
                     pg::to_param(use_lock), pg::to_param(lock_class), pg::to_param(c.lock_key)};
-                row = parse_row(tx->exec_params(sql_.begin, params, pg::format::binary));
-                tx->exec(set_lock_timeout_sql, lt.get_text(0, 0));
+                row = parse_row(qp(*tx, sql_.begin, params, pg::format::binary));
+                q(*tx, set_lock_timeout_sql, lt.get_text(0, 0));
             }
         }
         catch (const pg::lock_not_available &)
@@ -91,17 +91,17 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 if (action == storage_action::finalize)
                 {
                     pg::result r =
-                        tx->exec_params(sql_.finalize, finalize_params(c, row.claim_id, resp, true));
+                        qp(*tx, sql_.finalize, finalize_params(c, row.claim_id, resp, true));
                     server_cap = parse_size_setting(r.get_optional_text(0, 1));
                 }
                 else if (action == storage_action::release)
-                    tx->exec(sql_.release, pg::as_bytea(c.ck_bytes), row.claim_id);
+                    q(*tx, sql_.release, pg::as_bytea(c.ck_bytes), row.claim_id);
                 else
                 {
                     // A failure keeps none of the handler's writes but does
                     // keep the cooldown.
                     tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
-                    tx->exec(sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
+                    q(*tx, sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
                              cfg_.failure_cooldown());
                 }
                 try
@@ -117,12 +117,12 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                     {
                         connection_handle probe = provider_.acquire();
                         pg::transaction ptx(*probe);
-                        ptx.exec(get_lock_timeout_sql, lock_timeout_text(cfg_.follower_wait_budget()));
+                        q(ptx, get_lock_timeout_sql, lock_timeout_text(cfg_.follower_wait_budget()));
                         std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                                       pg::to_param(pg::as_bytea(c.rh_bytes)),
                                                       pg::to_param(false), pg::to_param(lock_class),
                                                       pg::to_param(c.lock_key)};
-                        claim_row seen = parse_row(ptx.exec_params(sql_.begin, params, pg::format::binary));
+                        claim_row seen = parse_row(qp(ptx, sql_.begin, params, pg::format::binary));
                         ptx.rollback();
                         const bool stored = seen.outcome == "replay" || seen.outcome == "not_replayable";
                         if (!stored && action == storage_action::finalize)
@@ -181,7 +181,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                     if (tx && tx->active())
                     {
                         tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
-                        tx->exec(sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
+                        q(*tx, sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
                                  cfg_.failure_cooldown());
                         tx->commit();
                     }

@@ -17,13 +17,13 @@ void engine::give_up_claim(call &c, connection_handle &conn, const std::string &
             lock = false;  // a session of its own: the old one took the lock with it
         }
         pg::result r = action == storage_action::fail
-                           ? (lock ? conn->exec(sql_.fail_unlock, pg::as_bytea(c.ck_bytes), claim_id,
+                           ? (lock ? q(*conn, sql_.fail_unlock, pg::as_bytea(c.ck_bytes), claim_id,
                                                 cfg_.failure_cooldown(), lock_class, c.lock_key)
-                                   : conn->exec(sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
+                                   : q(*conn, sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
                                                 cfg_.failure_cooldown()))
-                           : (lock ? conn->exec(sql_.release_unlock, pg::as_bytea(c.ck_bytes),
+                           : (lock ? q(*conn, sql_.release_unlock, pg::as_bytea(c.ck_bytes),
                                                 claim_id, lock_class, c.lock_key)
-                                   : conn->exec(sql_.release, pg::as_bytea(c.ck_bytes), claim_id));
+                                   : q(*conn, sql_.release, pg::as_bytea(c.ck_bytes), claim_id));
         if (lock && !r.is_null(0, 1) && r.get_bool(0, 1))
             lock = false;  // released by the statement's commit
         if (r.is_null(0, 0) || !r.get_bool(0, 0))
@@ -58,7 +58,7 @@ settled engine::settle_by_reading(call &c, const std::string &claim_id,
         try
         {
             connection_handle conn = provider_.acquire();
-            pg::result r = conn->exec(sql_.probe_renew, pg::as_bytea(c.ck_bytes), claim_id,
+            pg::result r = q(*conn, sql_.probe_renew, pg::as_bytea(c.ck_bytes), claim_id,
                                       cfg_.lease(), lock_timeout_text(remaining(deadline)));
             if (!r.is_null(0, 0) && r.get_bool(0, 0))
                 return settled::not_committed;
