@@ -58,7 +58,7 @@ run_result engine::win_standard(call &c, connection_handle conn, claim_row &row,
 {
     report_win(*this, row);
     c.res.generation = row.generation;
-    lease_keeper keeper(*this, c, row.claim_id, std::move(conn), row.lock_flag.value_or(false));
+    lease_keeper keeper(*this, c, row.claim_id, std::move(conn));
     claim_context ctx(row.generation, row.claim_id, c.ck, keeper.lost_flag());
     keeper.start();
     response resp;
@@ -71,32 +71,26 @@ run_result engine::win_standard(call &c, connection_handle conn, claim_row &row,
     {
         keeper.stop();
         connection_handle cn = keeper.take_connection();
-        bool held = keeper.lock_held();
-        give_up_claim(c, cn, row.claim_id, storage_action::fail, &held);
-        unlock(c, cn, held);
+        give_up_claim(c, cn, row.claim_id, storage_action::fail);
         finish(c, outcome::failed);
         throw;
     }
     keeper.stop();
     conn = keeper.take_connection();
-    // The finalize (or release, fail) normally runs on the connection that
-    // holds the wake-up lock and releases it at its commit: no unlock round
-    // trip. unlock() is the fallback for every other path.
-    bool held = keeper.lock_held();
-    store_standard(c, conn, held, row.claim_id, row.generation, resp);
-    unlock(c, conn, held);
+    // Followers waiting in idem_claim wake when the finalize (or release,
+    // fail) commits; nothing else to tell them.
+    store_standard(c, conn, row.claim_id, row.generation, resp);
     c.res.response = std::move(resp);
     return finish(c, c.res.outcome);
 }
 
-void engine::store_standard(call &c, connection_handle &conn, bool &held,
-                            const std::string &claim_id, std::int64_t generation,
+void engine::store_standard(call &c, connection_handle &conn, const std::string &claim_id, std::int64_t generation,
                             const response &resp) const
 {
     const storage_action action = classify(resp.status);
     if (action != storage_action::finalize)
     {
-        give_up_claim(c, conn, claim_id, action, &held);
+        give_up_claim(c, conn, claim_id, action);
         c.res.outcome = action == storage_action::fail ? outcome::failed : outcome::won_completed;
         return;
     }
@@ -107,22 +101,8 @@ void engine::store_standard(call &c, connection_handle &conn, bool &held,
         try
         {
             if (!conn)
-            {
                 conn = provider_.acquire();
-                held = false;
-            }
-            pg::result r;
-            if (held)
-            {
-                std::vector<pg::param> with_lock = params;
-                with_lock.push_back(pg::to_param(lock_class));
-                with_lock.push_back(pg::to_param(c.lock_key));
-                r = qp(*conn, sql_.finalize_unlock, with_lock);
-                if (!r.is_null(0, 2) && r.get_bool(0, 2))
-                    held = false;  // released by the finalize's commit
-            }
-            else
-                r = qp(*conn, sql_.finalize, params);
+            pg::result r = qp(*conn, sql_.finalize, params);
             if (r.is_null(0, 0) || !r.get_bool(0, 0))
             {
                 emit(event::lease_stolen);
@@ -139,9 +119,7 @@ void engine::store_standard(call &c, connection_handle &conn, bool &held,
         catch (const pg::broken_connection &)
         {
             // The finalize may have committed: read the key, never re-run.
-            // The wake-up lock went with the session.
             conn.reset();
-            held = false;
             emit(event::unknown_outcome);
             switch (settle_by_reading(c, claim_id, generation))
             {
@@ -172,14 +150,8 @@ void engine::store_standard(call &c, connection_handle &conn, bool &held,
             emit(event::finalize_error);
             c.res.error = std::current_exception();
             if (conn && !conn->is_open())
-            {
                 conn.reset();
-                held = false;
-            }
-            // An error from the finalize itself leaves the session holding
-            // the lock (it is handed over only after idem_finalize returned):
-            // the release drops it at its commit, or unlock() does after.
-            give_up_claim(c, conn, claim_id, storage_action::release, &held);
+            give_up_claim(c, conn, claim_id, storage_action::release);
             c.res.outcome = outcome::failed;
             return;
         }

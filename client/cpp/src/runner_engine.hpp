@@ -10,49 +10,29 @@
 //   runner_in_tx.cpp       run_in_transaction
 //
 // Follower wake-up. A follower must learn that the winner finished within
-// milliseconds, without slowing the uncontended path. NOTIFY inside every
-// finalize would take a cluster-wide lock through each commit and serialize
-// them, so instead the winner's renewal connection holds a session-level
-// advisory lock on (class 'idem', first 4 bytes of the cache key) while the
-// handler runs, and lets go of it only once the finalize has committed. The
-// winner takes the lock with pg_try_advisory_lock in the same statement as
-// its claim (after idem_claim, before the implicit commit), so no follower
-// can see the pending row while the lock is still free. A follower that
-// sees in_progress blocks on the lock in shared mode (all followers wake
-// together) with a lock_timeout of its remaining budget, capped at
-// poll_max, then reads the key again with idem_lookup.
+// milliseconds, from any connection, through any pooler. pg_idem 0.3.0's
+// idem_claim / idem_begin take a fourth argument, max_wait: a follower
+// that finds the key in progress blocks inside the server until the
+// winner's finalize, release or fail has committed (or its lease ran out),
+// and gets the final answer (replay, or the claim) in the same call. So
+// every claim the runner sends carries max_wait = what is left of the wait
+// budget: the uncontended path pays nothing (the key is free, the server
+// does not wait), a follower makes one call. Which servers have it is
+// found out once per runner (its connection provider), from pg_proc.
 //
-// Letting go. In lease mode the finalize (or release, fail) runs on the
-// lock's own session, in autocommit: that statement takes the lock again at
-// transaction level and drops the session-level hold (handing_lock_over),
-// so the lock goes at the end of the finalize's transaction, which
-// PostgreSQL does after the commit is visible. No unlock statement after
-// the commit, no third round trip. A libpq pipeline (finalize, Sync,
-// unlock, Sync) would save the round trip as well but needs pipeline mode
-// in the libpq wrapper and, unlike the hand-over, would run the unlock even
-// after a failed finalize (the Sync ends the failed transaction and the
-// unlock runs), waking followers before the release; a multi-statement
-// simple query would run the unlock inside the finalize's implicit
-// transaction, before its commit; handing the unlock to the renewal thread
-// only moves the round trip, as the connection must stay out of the pool
-// until the unlock is done (the request waits, or a thread outlives it).
-// A separate unlock statement (unlock_sql) remains the fallback: the
-// hand-over did not happen (an error, the lock not held), and fenced mode,
-// whose finalize commits on another connection.
+// Against a server without max_wait (0.2.0), and with
+// follower_wakeup::polling, a follower polls: it naps with jittered
+// backoff (poll_min doubling to poll_max, never past the in_progress
+// answer's retry_after hint or the budget) and reads the key again with
+// idem_lookup, claiming it when it is free.
 //
-// Costs on the uncontended path: no statement of its own (the lock rides
-// on the claim and the finalize), only the extra lock calls those two
-// statements parse, plan and run, on a connection no one else waits for;
-// advisory locks live in the lock manager and serialize nothing.
-// A winner that dies ends its session, which drops the lock: followers wake
-// at once and fall back to polling (backoff poll_min..poll_max with jitter,
-// never beyond the lease's remaining time) until the lease expires and one
-// of them recovers the key. Polling is also the fallback when the lock is
-// missing or held by another key's winner (32-bit collision), and the only
-// mechanism with follower_wakeup::polling (transaction-mode poolers).
-// The two-int4 advisory lock space (objsubid 2) never collides with the
-// single-bigint one applications usually use.
-#include <idem/runner.hpp>
+// No session state: the runner takes no advisory lock and sets nothing
+// with SET; lock_timeout is set with set_config(..., true) inside the
+// statement's own transaction. Any connection of a transaction-mode pooler
+// can serve any statement. (0.2.0 held a session advisory lock on the
+// winner's renewal connection instead; a pooler lent that backend to
+// others, and followers overshot their budget.)
+
 #pragma once
 
 #include <idem/runner.hpp>
@@ -73,8 +53,6 @@ namespace idem::detail {
 
 using clock = std::chrono::steady_clock;
 
-inline constexpr std::int32_t lock_class = 0x6964656d;  // 'idem'
-
 // Time left until deadline, never negative.
 inline milliseconds remaining(clock::time_point deadline)
 {
@@ -86,14 +64,6 @@ inline milliseconds remaining(clock::time_point deadline)
 inline std::string lock_timeout_text(milliseconds d)
 {
     return std::to_string(std::max<std::int64_t>(1, d.count())) + "ms";
-}
-
-// The advisory lock key of a cache key: its first four bytes.
-inline std::int32_t lock_key_of(const digest &d)
-{
-    std::uint32_t v = (std::uint32_t(d[0]) << 24) | (std::uint32_t(d[1]) << 16) |
-                      (std::uint32_t(d[2]) << 8) | std::uint32_t(d[3]);
-    return static_cast<std::int32_t>(v);
 }
 
 // base scaled by a random factor in [1 - jitter, 1 + jitter], at least 1 ms,
@@ -117,9 +87,6 @@ struct claim_row
     std::optional<int> status;
     std::optional<std::string> headers_json;
     std::optional<std::string> body;
-    // For a won claim: the winner's advisory lock was taken. For in_progress:
-    // no one holds it (the winner is gone, or has just finished).
-    std::optional<bool> lock_flag;
 
     bool won() const
     {
@@ -134,24 +101,23 @@ claim_row parse_row(const pg::result &r);
 // The SQL the runner sends, with the extension's schema when configured.
 struct statements
 {
-    std::string claim, lookup, begin, renew, probe_renew, finalize, release, fail;
-    // The same on the session that holds the wake-up lock, releasing it at
-    // their commit (handing_lock_over).
-    std::string finalize_unlock, release_unlock, fail_unlock;
+    // claim_wait, begin_wait: with idem_claim / idem_begin's max_wait (0.3.0).
+    std::string claim, claim_wait, lookup, begin, begin_wait, renew, probe_renew, finalize, release,
+        fail;
 
     explicit statements(const std::string &schema);
 };
 
-inline constexpr const char *wait_sql =
-    "SELECT 1 FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s "
-    "CROSS JOIN LATERAL pg_catalog.pg_advisory_xact_lock_shared("
-    "CASE WHEN s.lt IS NOT NULL THEN $2::int4 END, $3::int4) l";
-inline constexpr const char *try_lock_sql = "SELECT pg_catalog.pg_try_advisory_lock($1, $2)";
-inline constexpr const char *unlock_sql = "SELECT pg_catalog.pg_advisory_unlock($1, $2)";
-inline constexpr const char *get_lock_timeout_sql =
-    "SELECT pg_catalog.current_setting('lock_timeout'), "
-    "pg_catalog.set_config('lock_timeout', $1, true)";
-inline constexpr const char *set_lock_timeout_sql = "SELECT pg_catalog.set_config('lock_timeout', $1, true)";
+// What the server's pg_idem offers, found out once per runner.
+struct server_features
+{
+    bool claim_wait = false;  // idem_claim(cache_key, request_hash, lease, max_wait)
+    bool begin_wait = false;  // idem_begin(..., max_wait)
+};
+
+// The query that finds the features: the functions' argument counts in the
+// configured schema, or the extension's own.
+extern const char *const features_sql;
 
 // idem.max_response_bytes as shown by current_setting ("2MB", "1024", "-1").
 std::optional<std::size_t> parse_size_setting(const std::optional<std::string> &text);
@@ -162,30 +128,28 @@ struct call
 {
     digest ck{};
     std::string ck_bytes, rh_bytes;
-    std::int32_t lock_key = 0;
     clock::time_point deadline;
     unsigned iterations = 0;
     milliseconds backoff{0};
     bool wait_reported = false;
-    bool rechecked = false;  // saw "no lock holder" and read once more already
+    bool server_wait = false;     // the claims below carry max_wait
+    milliseconds asked{0};        // the max_wait of the last claim
+    clock::time_point sent;       // when it was sent
     run_result res;
 };
 
 class engine;
 
 // The renewal thread: renews the winner's lease every renew_interval on its
-// own connection, takes the wake-up lock if the claim statement could not,
-// and stops (dropping the lock) as soon as the claim is no longer owned.
+// own connection, and stops as soon as the claim is no longer owned.
 class lease_keeper
 {
 public:
-    lease_keeper(const engine &e, call &c, std::string claim_id, connection_handle conn,
-                 bool lock_held);
+    lease_keeper(const engine &e, call &c, std::string claim_id, connection_handle conn);
     ~lease_keeper() { stop(); }
     void start();
     void stop();
     connection_handle take_connection() { return std::move(conn_); }
-    bool lock_held() const { return lock_held_; }
     std::shared_ptr<const std::atomic<bool>> lost_flag() const { return lost_; }
 
 private:
@@ -195,7 +159,6 @@ private:
     call &c_;
     std::string claim_id_;
     connection_handle conn_;
-    bool lock_held_;
     std::shared_ptr<std::atomic<bool>> lost_ = std::make_shared<std::atomic<bool>>(false);
     std::mutex mu_;
     std::condition_variable cv_;
@@ -243,6 +206,9 @@ public:
         return c.exec_prepared(sql, params, f, cfg_.prepared_statements());
     }
     const statements &sql() const { return sql_; }
+    // The server's features, asked on conn the first time (then cached);
+    // none when asking fails (asked again next time).
+    server_features features(pg::connection &conn) const;
     connection_provider &provider() const { return provider_; }
     void emit(event e) const
     {
@@ -273,6 +239,8 @@ private:
     run_result unavailable(call &c) const;
     run_result timed_out(call &c) const;
     void start_waiting(call &c) const;
+    // Reports pending_wait for a claim that waited in the server.
+    void note_server_wait(call &c, const claim_row &row) const;
 
     next on_row(call &c, const claim_row &row) const;
     // A follower's turn with the key's row: the answer when the request is
@@ -284,20 +252,16 @@ private:
 
     claim_row claim(call &c, pg::connection &conn) const;
     claim_row lookup(call &c, pg::connection &conn) const;
-    // Drops the wake-up lock `held` on conn with a statement of its own.
-    void unlock(call &c, connection_handle &conn, bool held) const;
-    // idem_release / idem_fail by status; false when not owned. With `held`
-    // (conn holds the wake-up lock), the statement also releases the lock at
-    // its commit and clears *held when it did.
+    // idem_release / idem_fail by status; marks the result when not owned.
     void give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
-                       storage_action action, bool *held = nullptr) const;
+                       storage_action action) const;
     settled settle_by_reading(call &c, const std::string &claim_id,
                               std::int64_t generation) const;
     std::vector<pg::param> finalize_params(const call &c, const std::string &claim_id,
                                            const response &resp, bool strict) const;
     run_result win_standard(call &c, connection_handle conn, claim_row &row,
                             const handler &h) const;
-    void store_standard(call &c, connection_handle &conn, bool &held, const std::string &claim_id,
+    void store_standard(call &c, connection_handle &conn, const std::string &claim_id,
                         std::int64_t generation, const response &resp) const;
     run_result win_fenced(call &c, connection_handle conn, claim_row &row,
                           const transaction_handler &h, pg::isolation level) const;
@@ -308,6 +272,8 @@ private:
     metrics *metrics_;
     const header_allowlist allow_;
     const statements sql_;
+    mutable std::mutex features_mu_;
+    mutable std::optional<server_features> features_;
 };
 
 // Reports which kind of win a claim row is.

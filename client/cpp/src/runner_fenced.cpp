@@ -49,7 +49,7 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
 {
     report_win(*this, row);
     c.res.generation = row.generation;
-    lease_keeper keeper(*this, c, row.claim_id, std::move(conn), row.lock_flag.value_or(false));
+    lease_keeper keeper(*this, c, row.claim_id, std::move(conn));
     claim_context ctx(row.generation, row.claim_id, c.ck, keeper.lost_flag());
     keeper.start();
 
@@ -175,13 +175,8 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
 
     keeper.stop();
     connection_handle cn = keeper.take_connection();
-    // The handler's transaction ran on another connection: after its commit,
-    // the lock's session drops the lock with a statement of its own (or with
-    // the release / fail, when there is one).
-    bool held = keeper.lock_held();
     if (todo == after::give_up)
-        give_up_claim(c, cn, row.claim_id, action, &held);
-    unlock(c, cn, held);
+        give_up_claim(c, cn, row.claim_id, action);
     if (rethrow)
     {
         finish(c, outcome::failed);

@@ -41,6 +41,17 @@ run_result engine::timed_out(call &c) const
     return answer(c, problems::in_progress(cfg_.profile(), cfg_.retry_after()), outcome::timeout);
 }
 
+void engine::note_server_wait(call &c, const claim_row &row) const
+{
+    // The server does not say whether it waited; a claim with max_wait that
+    // did not win and took this long did (an uncontended one takes well
+    // under a millisecond). A follower that waited and then won the key (the
+    // winner released it) is not counted.
+    if (c.server_wait && c.asked.count() > 0 && !row.won() &&
+        clock::now() - c.sent >= milliseconds(5))
+        start_waiting(c);
+}
+
 void engine::start_waiting(call &c) const
 {
     if (!c.wait_reported)
@@ -69,29 +80,59 @@ std::optional<run_result> engine::prepare(const request_view &req, call &c, bool
     c.ck = cache_key(req.principal, req.method, req.target, req.idempotency_keys.front());
     c.ck_bytes = to_bytes(c.ck);
     c.rh_bytes = to_bytes(request_hash(req.body));
-    c.lock_key = lock_key_of(c.ck);
     c.deadline = clock::now() + cfg_.follower_wait_budget();
     c.backoff = cfg_.poll_min();
     return std::nullopt;
 }
 
+server_features engine::features(pg::connection &conn) const
+{
+    {
+        std::lock_guard<std::mutex> lk(features_mu_);
+        if (features_)
+            return *features_;
+    }
+    server_features f;
+    try
+    {
+        pg::result r = conn.exec(features_sql, cfg_.schema());
+        f.claim_wait = r.get_bool(0, 0);
+        f.begin_wait = r.get_bool(0, 1);
+    }
+    catch (const pg::broken_connection &)
+    {
+        throw;  // the caller's error handling deals with the connection
+    }
+    catch (const std::exception &)
+    {
+        return f;  // e.g. no access to the catalog: poll, ask again later
+    }
+    std::lock_guard<std::mutex> lk(features_mu_);
+    features_ = f;
+    return f;
+}
+
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
-    const bool use_lock = cfg_.wakeup() == follower_wakeup::advisory_lock;
-    std::vector<pg::param> params{
-        pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
-        pg::to_param(cfg_.lease()),           pg::to_param(use_lock),
-        pg::to_param(lock_class),             pg::to_param(c.lock_key),
-        pg::to_param(lock_timeout_text(remaining(c.deadline)))};
-    return parse_row(qp(conn, sql_.claim, params, pg::format::binary));
+    c.server_wait = cfg_.wakeup() == follower_wakeup::server_wait && features(conn).claim_wait;
+    c.asked = c.server_wait ? remaining(c.deadline) : milliseconds(0);
+    std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
+                                  pg::to_param(pg::as_bytea(c.rh_bytes)),
+                                  pg::to_param(cfg_.lease()),
+                                  pg::to_param(lock_timeout_text(remaining(c.deadline)))};
+    if (c.server_wait)
+        params.push_back(pg::to_param(c.asked));
+    c.sent = clock::now();
+    return parse_row(qp(conn, c.server_wait ? sql_.claim_wait : sql_.claim, params,
+                        pg::format::binary));
 }
 
 claim_row engine::lookup(call &c, pg::connection &conn) const
 {
-    const bool use_lock = cfg_.wakeup() == follower_wakeup::advisory_lock;
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
-                                  pg::to_param(pg::as_bytea(c.rh_bytes)), pg::to_param(use_lock),
-                                  pg::to_param(lock_class), pg::to_param(c.lock_key)};
+                                  pg::to_param(pg::as_bytea(c.rh_bytes))};
+    c.asked = milliseconds(0);
+    c.sent = clock::now();
     return parse_row(qp(conn, sql_.lookup, params, pg::format::binary));
 }
 
@@ -124,6 +165,14 @@ engine::next engine::on_row(call &c, const claim_row &row) const
         c.res.outcome = outcome::conflict;
         return next::answer;
     }
+    if (row.outcome == "expired")
+    {
+        // Finished longer ago than idem.ttl: the response is gone and the
+        // server refuses to run the request again (idem.after_ttl).
+        c.res.response = problems::expired(p);
+        c.res.outcome = outcome::expired;
+        return next::answer;
+    }
     if (row.outcome == "cooldown")
     {
         emit(event::retryable_cooldown);
@@ -138,36 +187,17 @@ engine::next engine::on_row(call &c, const claim_row &row) const
     throw pg::failure("pg_idem: unexpected claim outcome '" + row.outcome + "'");
 }
 
-void engine::wait_for_winner(call &c, pg::connection &conn, const claim_row &row) const
+void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) const
 {
     start_waiting(c);
-    if (cfg_.wakeup() == follower_wakeup::advisory_lock && row.lock_flag.has_value())
+    if (c.server_wait)
     {
-        if (!*row.lock_flag)
-        {
-            // The winner holds the lock: sleep in the lock manager until it
-            // lets go (finalized, released, died) or the slice is over.
-            const milliseconds slice = std::min(remaining(c.deadline), cfg_.poll_max());
-            try
-            {
-                q(conn, wait_sql, lock_timeout_text(slice), lock_class, c.lock_key);
-            }
-            catch (const pg::lock_not_available &)
-            {
-            }
-            catch (const pg::query_canceled &)
-            {
-            }
-            c.rechecked = false;
+        // The server waited for us. Go straight back unless it answered
+        // well before max_wait (a server capping it lower, idem.max_wait,
+        // or not preloaded): then nap first, as when polling.
+        const auto waited = std::chrono::duration_cast<milliseconds>(clock::now() - c.sent);
+        if (c.asked.count() > 0 && waited >= c.asked * 9 / 10)
             return;
-        }
-        if (!c.rechecked)
-        {
-            // Free lock: the winner may have unlocked between the read's
-            // snapshot and the lock test. Read once more before sleeping.
-            c.rechecked = true;
-            return;
-        }
     }
     milliseconds nap = jittered(c.backoff, cfg_.poll_jitter());
     if (row.retry_after)
@@ -221,6 +251,7 @@ run_result engine::loop(call &c, connection_handle conn, bool claim_first,
             return unavailable(c);
         }
         broken = 0;
+        note_server_wait(c, row);
         if (do_claim && row.won())
             return win(c, std::move(conn), row);
         if (std::optional<run_result> r = follow(c, conn, row, do_claim))
@@ -248,6 +279,7 @@ std::optional<run_result> engine::follow(call &c, connection_handle &conn, const
         do_claim = true;
         return std::nullopt;
     case next::wait:
+        start_waiting(c);
         if (clock::now() >= c.deadline)
             return timed_out(c);
         try
@@ -263,25 +295,12 @@ std::optional<run_result> engine::follow(call &c, connection_handle &conn, const
         {
             return unavailable(c);
         }
-        do_claim = false;
+        // Waiting in the server: ask it again (the claim waits); polling:
+        // read the key, claim it once it is free.
+        do_claim = c.server_wait;
         return std::nullopt;
     }
     return std::nullopt;
-}
-
-void engine::unlock(call &c, connection_handle &conn, bool held) const
-{
-    if (!held || !conn)
-        return;
-    try
-    {
-        q(*conn, unlock_sql, lock_class, c.lock_key);
-    }
-    catch (...)
-    {
-        // Never hand a connection back to the pool still holding our lock.
-        conn->close();
-    }
 }
 
 }  // namespace idem::detail

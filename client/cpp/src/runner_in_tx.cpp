@@ -16,7 +16,6 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
     if (unguarded)
         return unguarded_tx(c, h, level);
 
-    const bool use_lock = cfg_.wakeup() == follower_wakeup::advisory_lock;
     connection_handle conn;
     bool do_claim = true;
     unsigned attempts = 0, broken = 0;
@@ -34,15 +33,24 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 row = lookup(c, *conn);
             else
             {
+                // The features are asked before BEGIN: a failed catalog
+                // read must not abort the transaction.
+                c.server_wait = cfg_.wakeup() == follower_wakeup::server_wait &&
+                                features(*conn).begin_wait;
                 tx.emplace(*conn, level);
-                // Duplicates wait inside idem_begin for the first transaction;
-                // bound that wait by our budget, then restore the caller's setting.
-                pg::result lt = q(*tx, get_lock_timeout_sql, lock_timeout_text(remaining(c.deadline)));
+                // Duplicates wait inside idem_begin for the first transaction
+                // (bounded by our budget as lock_timeout, the caller's setting
+                // restored by the same statement), and with max_wait for a
+                // lease-mode winner too.
+                c.asked = c.server_wait ? remaining(c.deadline) : milliseconds(0);
                 std::vector<pg::param> params{
                     pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
-                    pg::to_param(use_lock), pg::to_param(lock_class), pg::to_param(c.lock_key)};
-                row = parse_row(qp(*tx, sql_.begin, params, pg::format::binary));
-                q(*tx, set_lock_timeout_sql, lt.get_text(0, 0));
+                    pg::to_param(lock_timeout_text(remaining(c.deadline)))};
+                if (c.server_wait)
+                    params.push_back(pg::to_param(c.asked));
+                c.sent = clock::now();
+                row = parse_row(qp(*tx, c.server_wait ? sql_.begin_wait : sql_.begin, params,
+                                   pg::format::binary));
             }
         }
         catch (const pg::lock_not_available &)
@@ -72,6 +80,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             return unavailable(c);
         }
         broken = 0;
+        note_server_wait(c, row);
 
         if (do_claim && row.won())
         {
@@ -117,11 +126,10 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                     {
                         connection_handle probe = provider_.acquire();
                         pg::transaction ptx(*probe);
-                        q(ptx, get_lock_timeout_sql, lock_timeout_text(cfg_.follower_wait_budget()));
-                        std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
-                                                      pg::to_param(pg::as_bytea(c.rh_bytes)),
-                                                      pg::to_param(false), pg::to_param(lock_class),
-                                                      pg::to_param(c.lock_key)};
+                        std::vector<pg::param> params{
+                            pg::to_param(pg::as_bytea(c.ck_bytes)),
+                            pg::to_param(pg::as_bytea(c.rh_bytes)),
+                            pg::to_param(lock_timeout_text(cfg_.follower_wait_budget()))};
                         claim_row seen = parse_row(qp(ptx, sql_.begin, params, pg::format::binary));
                         ptx.rollback();
                         const bool stored = seen.outcome == "replay" || seen.outcome == "not_replayable";

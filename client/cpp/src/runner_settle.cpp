@@ -5,27 +5,16 @@
 namespace idem::detail {
 
 void engine::give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
-                           storage_action action, bool *held) const
+                           storage_action action) const
 {
-    bool scratch = false;
-    bool &lock = held ? *held : scratch;
     try
     {
         if (!conn)
-        {
             conn = provider_.acquire();
-            lock = false;  // a session of its own: the old one took the lock with it
-        }
         pg::result r = action == storage_action::fail
-                           ? (lock ? q(*conn, sql_.fail_unlock, pg::as_bytea(c.ck_bytes), claim_id,
-                                                cfg_.failure_cooldown(), lock_class, c.lock_key)
-                                   : q(*conn, sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
-                                                cfg_.failure_cooldown()))
-                           : (lock ? q(*conn, sql_.release_unlock, pg::as_bytea(c.ck_bytes),
-                                                claim_id, lock_class, c.lock_key)
-                                   : q(*conn, sql_.release, pg::as_bytea(c.ck_bytes), claim_id));
-        if (lock && !r.is_null(0, 1) && r.get_bool(0, 1))
-            lock = false;  // released by the statement's commit
+                           ? q(*conn, sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
+                               cfg_.failure_cooldown())
+                           : q(*conn, sql_.release, pg::as_bytea(c.ck_bytes), claim_id);
         if (r.is_null(0, 0) || !r.get_bool(0, 0))
         {
             emit(event::lease_stolen);
@@ -38,10 +27,7 @@ void engine::give_up_claim(call &c, connection_handle &conn, const std::string &
         if (!c.res.error)
             c.res.error = std::current_exception();
         if (conn && !conn->is_open())
-        {
             conn.reset();
-            lock = false;  // went with the session
-        }
     }
 }
 

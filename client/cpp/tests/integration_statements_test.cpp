@@ -4,8 +4,10 @@
 // connections again.
 #include "test_support.hpp"
 
+#include <future>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 using namespace idem;
@@ -84,6 +86,14 @@ config::builder quick()
 
 response ok(const claim_context &) { return response{201, {}, "made"}; }
 
+// The runner asks the server once which pg_idem it has: a first request
+// pays that round trip; measure after it.
+void warm_up(const runner &run)
+{
+    idem_test::test_request rq{idem_test::unique_key("warm")};
+    EXPECT_EQ(run.run(rq.view(), ok).outcome, outcome::won_completed);
+}
+
 }  // namespace
 
 TEST(Statements, NamedAreParsedOncePerConnection)
@@ -91,6 +101,7 @@ TEST(Statements, NamedAreParsedOncePerConnection)
     IDEM_REQUIRE_DB();
     counting_pool pool(idem_test::dsn());
     runner run(pool, quick().build());
+    warm_up(run);
     idem_test::test_request first{idem_test::unique_key("named")};
     pool.take_trips();
     // New key: the claim and the finalize, nothing else.
@@ -98,7 +109,7 @@ TEST(Statements, NamedAreParsedOncePerConnection)
     EXPECT_EQ(pool.take_trips(), 2u);
     ASSERT_EQ(pool.idle(), 1u);
     const std::size_t after_first = pool.prepared();
-    EXPECT_GE(after_first, 2u);  // claim and finalize (and any setup)
+    EXPECT_EQ(after_first, 2u);  // the claim and the finalize
     // Replay: one round trip, nothing parsed again.
     EXPECT_EQ(run.run(first.view(), ok).outcome, outcome::replay);
     EXPECT_EQ(pool.take_trips(), 1u);
@@ -134,6 +145,7 @@ TEST(Statements, UnnamedPrepareNothing)
     counting_pool pool(idem_test::dsn());
     runner run(pool, quick().pooler_mode(true).build());
     EXPECT_EQ(run.settings().prepared_statements(), pg::preparation::unnamed);
+    warm_up(run);
     idem_test::test_request rq{idem_test::unique_key("unnamed")};
     pool.take_trips();
     EXPECT_EQ(run.run(rq.view(), ok).outcome, outcome::won_completed);
@@ -152,6 +164,7 @@ TEST(Statements, RoundTripsOfTheExactlyOnceModes)
     counting_pool pool(idem_test::dsn());
     runner run(pool, quick().build());
     auto tx_ok = [](pg::transaction &, const claim_context &) { return response{201, {}, "made"}; };
+    warm_up(run);
     idem_test::test_request f{idem_test::unique_key("fenced")};
     pool.take_trips();
     EXPECT_EQ(run.run_fenced(f.view(), tx_ok).outcome, outcome::won_completed);
@@ -160,11 +173,133 @@ TEST(Statements, RoundTripsOfTheExactlyOnceModes)
     EXPECT_EQ(run.run_in_transaction(t.view(), tx_ok).outcome, outcome::won_completed);
     const std::uint64_t in_tx = pool.take_trips();
     // fenced: claim; BEGIN, finalize, COMMIT.
-    EXPECT_LE(fenced, 5u);
-    // in-transaction: BEGIN, idem_begin, SAVEPOINT, finalize, COMMIT.
-    EXPECT_LE(in_tx, 7u);
+    EXPECT_EQ(fenced, 4u);
+    // in-transaction: BEGIN, idem_begin (lock_timeout set and restored in
+    // the same statement), SAVEPOINT, finalize, COMMIT.
+    EXPECT_EQ(in_tx, 5u);
     RecordProperty("fenced_round_trips", static_cast<int>(fenced));
     RecordProperty("in_transaction_round_trips", static_cast<int>(in_tx));
     std::printf("round trips: fenced %llu, in-transaction %llu\n",
                 static_cast<unsigned long long>(fenced), static_cast<unsigned long long>(in_tx));
+}
+
+// ---- with pg_idem 0.3.0's server-side wait and expiry -------------------
+
+namespace {
+
+// True when the server's idem_claim takes max_wait (0.3.0).
+bool server_has_wait()
+{
+    pg::connection c(idem_test::dsn());
+    return c.exec("SELECT EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'idem_claim'"
+                  " AND pronargs = 4)")
+        .get_bool(0, 0);
+}
+
+}  // namespace
+
+#define IDEM_REQUIRE_SERVER_WAIT()                                                    \
+    do                                                                                \
+    {                                                                                 \
+        IDEM_REQUIRE_DB();                                                            \
+        if (!server_has_wait())                                                       \
+            GTEST_SKIP() << "this server's idem_claim has no max_wait (pg_idem 0.2.0)"; \
+    } while (0)
+
+// A follower waits inside its one idem_claim and comes back with the replay.
+TEST(ServerWait, EachFollowerMakesOneCall)
+{
+    IDEM_REQUIRE_SERVER_WAIT();
+    simple_pool winner_pool(idem_test::dsn());
+    counting_pool follower_pool(idem_test::dsn());
+    runner winner_run(winner_pool, quick().build());
+    runner follower_run(follower_pool, quick().follower_wait_budget(5s).build());
+    warm_up(follower_run);
+    idem_test::test_request rq{idem_test::unique_key("one-call")};
+    std::promise<void> entered;
+    auto winner = std::async(std::launch::async, [&] {
+        return winner_run.run(rq.view(), [&](const claim_context &) {
+            entered.set_value();
+            std::this_thread::sleep_for(400ms);
+            return response{201, {}, "once"};
+        });
+    });
+    entered.get_future().wait();
+    follower_pool.take_trips();
+    constexpr int n = 10;
+    std::vector<std::future<run_result>> fs;
+    for (int i = 0; i < n; ++i)
+        fs.push_back(std::async(std::launch::async, [&] {
+            return follower_run.run(rq.view(), [](const claim_context &) { return response{500, {}, ""}; });
+        }));
+    EXPECT_EQ(winner.get().outcome, outcome::won_completed);
+    for (auto &f : fs)
+    {
+        run_result r = f.get();
+        EXPECT_EQ(r.outcome, outcome::replay);
+        EXPECT_EQ(r.response.body, "once");
+    }
+    // One idem_claim per follower: no polling, no lock, no second read.
+    EXPECT_EQ(follower_pool.take_trips(), static_cast<std::uint64_t>(n));
+}
+
+// A follower whose budget runs out while the winner still works gets the
+// retryable answer after about its budget, from one or two calls.
+TEST(ServerWait, BudgetBoundsTheWait)
+{
+    IDEM_REQUIRE_SERVER_WAIT();
+    simple_pool winner_pool(idem_test::dsn());
+    counting_pool follower_pool(idem_test::dsn());
+    runner winner_run(winner_pool, quick().build());
+    runner follower_run(follower_pool, quick().follower_wait_budget(300ms).build());
+    warm_up(follower_run);
+    idem_test::test_request rq{idem_test::unique_key("budget")};
+    std::promise<void> entered, done;
+    auto winner = std::async(std::launch::async, [&] {
+        return winner_run.run(rq.view(), [&](const claim_context &) {
+            entered.set_value();
+            done.get_future().wait();
+            return response{201, {}, "late"};
+        });
+    });
+    entered.get_future().wait();
+    follower_pool.take_trips();
+    const auto t0 = std::chrono::steady_clock::now();
+    run_result r = follower_run.run(rq.view(), [](const claim_context &) { return response{500, {}, ""}; });
+    const auto took = std::chrono::steady_clock::now() - t0;
+    done.set_value();
+    winner.get();
+    EXPECT_EQ(r.outcome, outcome::timeout);
+    EXPECT_EQ(r.response.status, 409);
+    EXPECT_GE(took, 250ms);
+    EXPECT_LT(took, 3s);
+    EXPECT_LE(follower_pool.take_trips(), 3u);
+}
+
+// Past idem.ttl (1 s here, set for the runner's sessions) a retry is
+// refused with 410 Gone, and the handler does not run again.
+TEST(ServerWait, ExpiredKeyIsGone)
+{
+    IDEM_REQUIRE_DB();
+    {
+        pg::connection c(idem_test::dsn());
+        pg::result r = c.exec("SELECT current_setting('idem.after_ttl', true)");
+        if (r.is_null(0, 0) || r.get_text(0, 0) != "refuse")
+            GTEST_SKIP() << "this server has no idem.after_ttl = 'refuse' (pg_idem 0.2.0)";
+    }
+    simple_pool pool(idem_test::dsn_with(idem_test::dsn(), "options", "-c idem.ttl=1"));
+    runner run(pool, quick().build());
+    idem_test::test_request rq{idem_test::unique_key("expired")};
+    int runs = 0;
+    auto h = [&](const claim_context &) {
+        ++runs;
+        return response{201, {}, "made"};
+    };
+    EXPECT_EQ(run.run(rq.view(), h).outcome, outcome::won_completed);
+    std::this_thread::sleep_for(2100ms);
+    run_result r = run.run(rq.view(), h);
+    EXPECT_EQ(r.outcome, outcome::expired);
+    EXPECT_EQ(r.response.status, 410);
+    EXPECT_EQ(r.response.header_value("content-type").value_or(""), "application/problem+json");
+    EXPECT_EQ(runs, 1);
 }
