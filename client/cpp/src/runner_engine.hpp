@@ -76,6 +76,18 @@ inline milliseconds jittered(milliseconds base, double jitter)
     return milliseconds(std::max<std::int64_t>(1, v));
 }
 
+inline constexpr pg::oid timestamptz_oid = 1184;
+
+// The max_wait of a claim: what is left of the budget, at most one slice.
+inline milliseconds wait_for(const config &cfg, clock::time_point deadline)
+{
+    const milliseconds left = remaining(deadline);
+    return cfg.server_wait_slice().count() > 0 ? std::min(left, cfg.server_wait_slice()) : left;
+}
+
+// A wall-clock instant as timestamptz text, `d` from now.
+std::string wall_clock_in(milliseconds d);
+
 // One row of idem_claim / idem_lookup / idem_begin, as selected by the
 // statements below.
 struct claim_row

@@ -115,13 +115,16 @@ server_features engine::features(pg::connection &conn) const
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
     c.server_wait = cfg_.wakeup() == follower_wakeup::server_wait && features(conn).claim_wait;
-    c.asked = c.server_wait ? remaining(c.deadline) : milliseconds(0);
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
                                   pg::to_param(cfg_.lease()),
                                   pg::to_param(lock_timeout_text(remaining(c.deadline)))};
     if (c.server_wait)
+    {
         params.push_back(pg::to_param(c.asked));
+        params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
+    }
     c.sent = clock::now();
     return parse_row(qp(conn, c.server_wait ? sql_.claim_wait : sql_.claim, params,
                         pg::format::binary));
@@ -197,7 +200,12 @@ void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) co
         // or not preloaded): then nap first, as when polling.
         const auto waited = std::chrono::duration_cast<milliseconds>(clock::now() - c.sent);
         if (c.asked.count() > 0 && waited >= c.asked * 9 / 10)
+        {
+            // A full wait cannot spin: it does not count against
+            // max_iterations (slices of a long budget would).
+            --c.iterations;
             return;
+        }
     }
     milliseconds nap = jittered(c.backoff, cfg_.poll_jitter());
     if (row.retry_after)

@@ -42,12 +42,15 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 // (bounded by our budget as lock_timeout, the caller's setting
                 // restored by the same statement), and with max_wait for a
                 // lease-mode winner too.
-                c.asked = c.server_wait ? remaining(c.deadline) : milliseconds(0);
+                c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
                 std::vector<pg::param> params{
                     pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
                     pg::to_param(lock_timeout_text(remaining(c.deadline)))};
                 if (c.server_wait)
+                {
                     params.push_back(pg::to_param(c.asked));
+                    params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
+                }
                 c.sent = clock::now();
                 row = parse_row(qp(*tx, c.server_wait ? sql_.begin_wait : sql_.begin, params,
                                    pg::format::binary));

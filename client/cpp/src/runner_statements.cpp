@@ -2,6 +2,8 @@
 #include "runner_engine.hpp"
 
 #include <cctype>
+#include <cstdio>
+#include <ctime>
 
 namespace idem::detail {
 
@@ -20,7 +22,30 @@ std::string quote_ident(const std::string &s)
     return out + "\"";
 }
 
+// The max_wait argument from parameters $n (interval) and $n + 1 (the
+// deadline as timestamptz): the smaller, never negative.
+std::string wait_arg(int n)
+{
+    const std::string w = "$" + std::to_string(n), d = "$" + std::to_string(n + 1);
+    return "GREATEST(LEAST(" + w + "::interval, " + d +
+           "::timestamptz OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()), '0'::interval)";
+}
+
 }  // namespace
+
+std::string wall_clock_in(milliseconds d)
+{
+    const auto t = std::chrono::system_clock::now() + d;
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    const std::time_t secs = static_cast<std::time_t>(us / 1000000);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02d %02d:%02d:%02d.%06lld+00", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                  static_cast<long long>(us % 1000000));
+    return buf;
+}
 
 claim_row parse_row(const pg::result &r)
 {
@@ -48,7 +73,11 @@ statements::statements(const std::string &schema)
         "SELECT r.outcome, r.claim_id::text, r.generation, "
         "ceil(extract(epoch FROM r.retry_after) * 1000)::int8, "
         "r.response_status, r.response_headers::text, r.response_body";
-    // $1 cache key, $2 request hash, $3 lease, $4 lock_timeout, $5 max_wait.
+    // $1 cache key, $2 request hash, $3 lease, $4 lock_timeout, $5 max_wait,
+    // $6 the client's deadline (wall clock). The server waits the smaller
+    // of the two: a statement that sat in a pooler's queue (every server
+    // connection busy, e.g. with other waiters) waits only what is left,
+    // and clock skew can only shorten the wait, never lengthen it.
     // lock_timeout is set (for this statement's transaction only) before
     // idem_claim runs (the LATERAL reference orders them) so a claim stuck
     // behind an idem_begin transaction gives up with the wait budget.
@@ -57,9 +86,9 @@ statements::statements(const std::string &schema)
         "CROSS JOIN LATERAL " +
         p + "idem_claim($1, $2, CASE WHEN s.lt IS NOT NULL THEN $3::interval END";
     claim = cols + claim_from + ") r";
-    claim_wait = cols + claim_from + ", $5::interval) r";
+    claim_wait = cols + claim_from + ", " + wait_arg(5) + ") r";
     lookup = cols + " FROM " + p + "idem_lookup($1, $2) r";
-    // $1, $2 as above, $3 lock_timeout, $4 max_wait. Duplicates wait inside
+    // $1, $2 as above, $3 lock_timeout, $4 max_wait, $5 deadline. Duplicates wait inside
     // idem_begin for the first transaction: lock_timeout bounds that wait
     // by the budget, and the last column puts the caller's setting back
     // (read before it was changed), so the handler runs with its own.
@@ -70,7 +99,7 @@ statements::statements(const std::string &schema)
         "CROSS JOIN LATERAL " +
         p + "idem_begin($1, $2, CASE WHEN s.lt IS NOT NULL THEN NULL::interval END";
     begin = cols + begin_from + ") r";
-    begin_wait = cols + begin_from + ", $4::interval) r";
+    begin_wait = cols + begin_from + ", " + wait_arg(4) + ") r";
     renew = "SELECT CASE WHEN s.lt IS NOT NULL THEN " + p +
             "idem_renew($1, $2::uuid, $3::interval) IS NOT NULL END "
             "FROM (SELECT pg_catalog.set_config('lock_timeout', $4, true) AS lt) s";

@@ -15,7 +15,7 @@ using req_data = idem_test::test_request;
 
 config::builder quick()
 {
-    return config::builder().lease(2s).follower_wait_budget(3s).poll(10ms, 100ms).failure_cooldown(300ms);
+    return idem_test::config_builder().lease(2s).follower_wait_budget(3s).poll(10ms, 100ms).failure_cooldown(300ms);
 }
 
 bool is_replay(const run_result &r)

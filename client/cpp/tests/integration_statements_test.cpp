@@ -4,6 +4,7 @@
 // connections again.
 #include "test_support.hpp"
 
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -81,7 +82,7 @@ private:
 config::builder quick()
 {
     // A renewal never comes due within these short handlers.
-    return config::builder().lease(10s).follower_wait_budget(2s).poll(10ms, 100ms);
+    return idem_test::config_builder().lease(10s).follower_wait_budget(2s).poll(10ms, 100ms);
 }
 
 response ok(const claim_context &) { return response{201, {}, "made"}; }
@@ -240,7 +241,12 @@ TEST(ServerWait, EachFollowerMakesOneCall)
         EXPECT_EQ(r.response.body, "once");
     }
     // One idem_claim per follower: no polling, no lock, no second read.
-    EXPECT_EQ(follower_pool.take_trips(), static_cast<std::uint64_t>(n));
+    // Behind a pooler (pooler_mode) the waits come in 200 ms slices: the
+    // 400 ms of work take up to three.
+    const std::uint64_t per_follower = std::getenv("PG_IDEM_TEST_POOLER") ? 4 : 1;
+    const std::uint64_t trips = follower_pool.take_trips();
+    EXPECT_GE(trips, static_cast<std::uint64_t>(n));
+    EXPECT_LE(trips, per_follower * n);
 }
 
 // A follower whose budget runs out while the winner still works gets the

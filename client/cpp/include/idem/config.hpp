@@ -68,6 +68,8 @@ public:
     follower_wakeup wakeup() const noexcept { return wakeup_; }
     // Named (default) or unnamed prepared statements.
     pg::preparation prepared_statements() const noexcept { return preparation_; }
+    // Longest single wait inside the server (0 = the whole budget).
+    milliseconds server_wait_slice() const noexcept { return wait_slice_; }
     // Lower-case names added to the replay allowlist.
     const std::vector<std::string> &replay_headers() const noexcept { return replay_headers_; }
     // Schema of the pg_idem functions; empty = found through search_path.
@@ -89,6 +91,7 @@ private:
     status_profile profile_ = status_profile::ietf;
     follower_wakeup wakeup_ = follower_wakeup::server_wait;
     pg::preparation preparation_ = pg::preparation::named;
+    milliseconds wait_slice_{0};
     std::vector<std::string> replay_headers_;
     std::string schema_;
 };
@@ -131,7 +134,14 @@ public:
     // every execution, for transaction-mode poolers (PgBouncer before 1.21,
     // or without max_prepared_statements).
     builder &prepared_statements(pg::preparation how);
-    // Settings for a transaction-mode pooler: unnamed statements.
+    // The longest a follower waits inside one server call (default 0: its
+    // whole budget in one call). Each waiting follower holds a server
+    // connection while it waits: behind a pooler with fewer server
+    // connections than waiting followers, the winner's finalize would queue
+    // behind them. Slices let it through after at most one slice.
+    builder &server_wait_slice(milliseconds v);
+    // Settings for a transaction-mode pooler: unnamed statements and
+    // server waits in slices of 200 ms (true), or the defaults (false).
     builder &pooler_mode(bool on);
     // Adds a header to the replay allowlist (content-type,
     // content-disposition, content-language, cache-control, etag, location).
