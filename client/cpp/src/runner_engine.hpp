@@ -14,11 +14,16 @@
 // idem_claim / idem_begin take a fourth argument, max_wait: a follower
 // that finds the key in progress blocks inside the server until the
 // winner's finalize, release or fail has committed (or its lease ran out),
-// and gets the final answer (replay, or the claim) in the same call. So
-// every claim the runner sends carries max_wait = what is left of the wait
-// budget: the uncontended path pays nothing (the key is free, the server
-// does not wait), a follower makes one call. Which servers have it is
-// found out once per runner (its connection provider), from pg_proc.
+// and gets the final answer (replay, or the claim) in the same call. The
+// first claim of a request carries no max_wait (the server would also
+// wait through a cooldown, which the runner answers with 503 +
+// Retry-After at once); once it answered in_progress, the next claims
+// carry max_wait = what is left of the wait budget: the uncontended path
+// is unchanged, a follower makes two calls, the second returning at the
+// winner's commit. Which servers have it is found out once per runner
+// (its connection provider), from pg_proc. A follower that waits while
+// the winner fails waits on through the cooldown (the server's rule) and
+// then claims the key.
 //
 // Against a server without max_wait (0.2.0), and with
 // follower_wakeup::polling, a follower polls: it naps with jittered
@@ -144,7 +149,9 @@ struct call
     unsigned iterations = 0;
     milliseconds backoff{0};
     bool wait_reported = false;
-    bool server_wait = false;     // the claims below carry max_wait
+    bool can_wait = false;        // the server has max_wait (and wakeup is server_wait)
+    bool seen_in_progress = false; // a claim of this request found the key in progress
+    bool server_wait = false;     // the last claim carried max_wait
     milliseconds asked{0};        // the max_wait of the last claim
     clock::time_point sent;       // when it was sent
     run_result res;

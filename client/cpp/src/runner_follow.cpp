@@ -114,7 +114,8 @@ server_features engine::features(pg::connection &conn) const
 
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
-    c.server_wait = cfg_.wakeup() == follower_wakeup::server_wait && features(conn).claim_wait;
+    c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && features(conn).claim_wait;
+    c.server_wait = c.can_wait && c.seen_in_progress;
     c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
@@ -193,6 +194,8 @@ engine::next engine::on_row(call &c, const claim_row &row) const
 void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) const
 {
     start_waiting(c);
+    if (c.can_wait && !c.server_wait)
+        return;  // first sight of in_progress: the next claim waits in the server
     if (c.server_wait)
     {
         // The server waited for us. Go straight back unless it answered
@@ -287,6 +290,7 @@ std::optional<run_result> engine::follow(call &c, connection_handle &conn, const
         do_claim = true;
         return std::nullopt;
     case next::wait:
+        c.seen_in_progress = true;
         start_waiting(c);
         if (clock::now() >= c.deadline)
             return timed_out(c);
@@ -305,7 +309,7 @@ std::optional<run_result> engine::follow(call &c, connection_handle &conn, const
         }
         // Waiting in the server: ask it again (the claim waits); polling:
         // read the key, claim it once it is free.
-        do_claim = c.server_wait;
+        do_claim = c.can_wait;
         return std::nullopt;
     }
     return std::nullopt;

@@ -35,8 +35,9 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             {
                 // The features are asked before BEGIN: a failed catalog
                 // read must not abort the transaction.
-                c.server_wait = cfg_.wakeup() == follower_wakeup::server_wait &&
-                                features(*conn).begin_wait;
+                c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait &&
+                             features(*conn).begin_wait;
+                c.server_wait = c.can_wait && c.seen_in_progress;
                 tx.emplace(*conn, level);
                 // Duplicates wait inside idem_begin for the first transaction
                 // (bounded by our budget as lock_timeout, the caller's setting
