@@ -3,6 +3,11 @@
 # auth file in $WORK/pgbouncer, on a free port, run as the run user.
 # Uses free_port, as_run_user, run_user, $WORK, $PGPORT (tests/lib.sh).
 #
+# trust authentication; roles other than the run user (the examples create
+# their own) are looked up with auth_query as the run user. Startup
+# "options" (PGOPTIONS) are dropped, not refused: the examples pass
+# client_min_messages that way.
+#
 # The pool is smaller than the number of clients the suite opens, so
 # server connections really are shared between client connections (and
 # a client's consecutive transactions land on different backends).
@@ -29,13 +34,14 @@ unix_socket_dir = $dir
 auth_type = trust
 auth_file = $dir/userlist.txt
 admin_users = $user
+auth_user = $user
 pool_mode = transaction
 default_pool_size = ${PGBOUNCER_POOL_SIZE:-8}
 reserve_pool_size = 0
 max_client_conn = 400
 max_db_connections = 40
 server_reset_query =
-ignore_startup_parameters = extra_float_digits
+ignore_startup_parameters = extra_float_digits, options
 logfile = $dir/pgbouncer.log
 pidfile = $dir/pgbouncer.pid
 INI

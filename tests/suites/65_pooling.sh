@@ -12,10 +12,11 @@
 # client): tests that freeze a COMMIT with a session-level advisory lock
 # held on a gate connection or find a backend by its session
 # (UnknownOutcome.*, FollowerIsNotWokenBeforeTheFinalizeCommits,
-# RenewalSurvivesALostConnection, Inbox.LostCommitIsUnknown...), tests that pass settings as startup
-# options, which PgBouncer refuses (OverTheServerCap..., ExpiredKeyIsGone,
-# the outbox backoff tests), and the named-statement tests, which show
-# what a pooler without max_prepared_statements cannot do.
+# RenewalSurvivesALostConnection, Inbox.LostCommitIsUnknown...); tests
+# that pass settings as startup options, which PgBouncer drops
+# (ignore_startup_parameters; OverTheServerCap..., ExpiredKeyIsGone, the
+# outbox backoff tests); and the named-statement tests, which show what a
+# pooler without max_prepared_statements cannot do.
 POOLING_CLIENT_EXCLUDE="Statements.Named*:UnknownOutcome.*:Runner.FollowerIsNotWokenBeforeTheFinalizeCommits:Runner.RenewalSurvivesALostConnection:Runner.OverTheServerCapIsStoredNotReplayable:ServerWait.ExpiredKeyIsGone"
 POOLING_MESSAGES_EXCLUDE="Inbox.LostCommitIsUnknownAndTheHandlerIsNotRerun:Outbox.FailingPublisherIsRetriedAfterBackoffThenDead:Outbox.FailedEventHoldsItsKeyUntilItIsPublished"
 
