@@ -17,7 +17,7 @@
 # (ignore_startup_parameters; OverTheServerCap..., ExpiredKeyIsGone, the
 # outbox backoff tests); and the named-statement tests, which show what a
 # pooler without max_prepared_statements cannot do.
-POOLING_CLIENT_EXCLUDE="Statements.Named*:UnknownOutcome.*:Runner.FollowerIsNotWokenBeforeTheFinalizeCommits:Runner.RenewalSurvivesALostConnection:Runner.OverTheServerCapIsStoredNotReplayable:ServerWait.ExpiredKeyIsGone"
+POOLING_CLIENT_EXCLUDE="Statements.Named*:UnknownOutcome.*:Runner.FollowerIsNotWokenBeforeTheFinalizeCommits:Runner.RenewalSurvivesALostConnection:Runner.OverTheServerCapIsStoredNotReplayable:ServerWait.ExpiredKeyIsGone:ServerWait.StatementTimeoutFallsBackToPolling"
 POOLING_MESSAGES_EXCLUDE="Inbox.LostCommitIsUnknownAndTheHandlerIsNotRerun:Outbox.FailingPublisherIsRetriedAfterBackoffThenDead:Outbox.FailedEventHoldsItsKeyUntilItIsPublished"
 
 # Counts a GoogleTest binary's "[  PASSED  ] N" / "[  FAILED  ] N" lines.

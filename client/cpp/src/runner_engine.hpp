@@ -151,6 +151,7 @@ struct call
     bool wait_reported = false;
     bool can_wait = false;        // the server has max_wait (and wakeup is server_wait)
     bool seen_in_progress = false; // a claim of this request found the key in progress
+    bool wait_refused = false;    // a wait in the server was cancelled: poll instead
     bool server_wait = false;     // the last claim carried max_wait
     milliseconds asked{0};        // the max_wait of the last claim
     clock::time_point sent;       // when it was sent

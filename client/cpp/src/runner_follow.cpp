@@ -114,7 +114,8 @@ server_features engine::features(pg::connection &conn) const
 
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
-    c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && features(conn).claim_wait;
+    c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
+                 features(conn).claim_wait;
     c.server_wait = c.can_wait && c.seen_in_progress;
     c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
@@ -241,6 +242,16 @@ run_result engine::loop(call &c, connection_handle conn, bool claim_first,
             // our budget.
             if (clock::now() >= c.deadline)
                 return timed_out(c);
+            continue;
+        }
+        catch (const pg::query_canceled &)
+        {
+            // A statement_timeout shorter than our wait in the server: wait
+            // again (bounded by the budget and max_iterations), in naps.
+            if (!c.server_wait || clock::now() >= c.deadline)
+                return c.server_wait ? timed_out(c) : unavailable(c);
+            c.wait_refused = true;
+            do_claim = false;
             continue;
         }
         catch (const pg::broken_connection &)

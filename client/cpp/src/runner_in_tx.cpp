@@ -35,7 +35,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             {
                 // The features are asked before BEGIN: a failed catalog
                 // read must not abort the transaction.
-                c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait &&
+                c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                              features(*conn).begin_wait;
                 c.server_wait = c.can_wait && c.seen_in_progress;
                 tx.emplace(*conn, level);
@@ -62,6 +62,16 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             tx.reset();
             if (clock::now() >= c.deadline)
                 return timed_out(c);
+            continue;
+        }
+        catch (const pg::query_canceled &)
+        {
+            // A statement_timeout shorter than our wait in the server: poll.
+            tx.reset();
+            if (!c.server_wait || clock::now() >= c.deadline)
+                return c.server_wait ? timed_out(c) : unavailable(c);
+            c.wait_refused = true;
+            do_claim = false;
             continue;
         }
         catch (const pg::transaction_rollback &)

@@ -311,3 +311,28 @@ TEST(ServerWait, ExpiredKeyIsGone)
     EXPECT_EQ(r.response.header_value("content-type").value_or(""), "application/problem+json");
     EXPECT_EQ(runs, 1);
 }
+
+// A statement_timeout shorter than the wait cancels the waiting claim: the
+// follower polls for the rest of its budget and still replays.
+TEST(ServerWait, StatementTimeoutFallsBackToPolling)
+{
+    IDEM_REQUIRE_SERVER_WAIT();
+    simple_pool winner_pool(idem_test::dsn());
+    simple_pool follower_pool(idem_test::dsn_with(idem_test::dsn(), "options", "-c statement_timeout=150"));
+    runner winner_run(winner_pool, quick().build());
+    runner follower_run(follower_pool, quick().follower_wait_budget(3s).build());
+    idem_test::test_request rq{idem_test::unique_key("stmt-timeout")};
+    std::promise<void> entered;
+    auto winner = std::async(std::launch::async, [&] {
+        return winner_run.run(rq.view(), [&](const claim_context &) {
+            entered.set_value();
+            std::this_thread::sleep_for(600ms);
+            return response{201, {}, "slow"};
+        });
+    });
+    entered.get_future().wait();
+    run_result r = follower_run.run(rq.view(), [](const claim_context &) { return response{500, {}, ""}; });
+    EXPECT_EQ(winner.get().outcome, outcome::won_completed);
+    EXPECT_EQ(r.outcome, outcome::replay);
+    EXPECT_EQ(r.response.body, "slow");
+}
