@@ -103,6 +103,22 @@ config::builder &config::builder::profile(status_profile p)
     c_.profile_ = p;
     return *this;
 }
+config::builder &config::builder::prepared_statements(pg::preparation how)
+{
+    c_.preparation_ = how;
+    return *this;
+}
+config::builder &config::builder::pooler_mode(bool on)
+{
+    c_.preparation_ = on ? pg::preparation::unnamed : pg::preparation::named;
+    c_.wait_slice_ = on ? milliseconds(200) : milliseconds(0);
+    return *this;
+}
+config::builder &config::builder::server_wait_slice(milliseconds v)
+{
+    c_.wait_slice_ = v;
+    return *this;
+}
 config::builder &config::builder::wakeup(follower_wakeup w)
 {
     c_.wakeup_ = w;
@@ -144,6 +160,8 @@ config config::builder::build() const
                ")");
     if (!(c.poll_jitter_ >= 0.0 && c.poll_jitter_ < 1.0))
         refuse("poll_jitter must be in [0, 1) (got " + std::to_string(c.poll_jitter_) + ")");
+    if (c.wait_slice_.count() < 0)
+        refuse("server_wait_slice must not be negative (got " + ms(c.wait_slice_) + ")");
     require_positive("retry_after", c.retry_after_);
     require_positive("failure_cooldown", c.failure_cooldown_);
     if (c.max_request_ == 0)

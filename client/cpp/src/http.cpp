@@ -237,6 +237,18 @@ response not_replayable(status_profile)
                 "The response was too large to store. Use a new key to repeat the request.");
 }
 
+// The key's response is past idem.ttl and the server refuses to run the
+// request again (idem.after_ttl = 'refuse'): 410 Gone in the IETF profile
+// (the resource the key named is gone for good), 409 in the seed profile,
+// which answers every "this key cannot be used for this" with 409.
+response expired(status_profile p)
+{
+    return make(p == status_profile::ietf ? 410 : 409, "idempotency-key-expired",
+                "The Idempotency-Key has expired",
+                "The request with this key finished too long ago for its response to be kept. "
+                "Use a new key to repeat the request.");
+}
+
 response request_too_large(status_profile, std::size_t limit)
 {
     return make(413, "request-too-large", "Request body too large",
@@ -278,6 +290,8 @@ const char *to_string(outcome o) noexcept
         return "unguarded";
     case outcome::rejected:
         return "rejected";
+    case outcome::expired:
+        return "expired";
     }
     return "unknown";
 }

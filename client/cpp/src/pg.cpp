@@ -269,29 +269,47 @@ std::string connection::error_message() const
     return conn_ ? trimmed(PQerrorMessage(conn_.get())) : std::string("no connection");
 }
 
-result connection::exec_params(std::string_view sql, const std::vector<param> &params,
-                               format result_format)
+namespace {
+
+// The parameter arrays libpq takes, pointing into params.
+struct wire_params
 {
-    if (!is_open())
-        throw broken_connection("connection is not open: " + error_message());
-    const std::string text(sql);
     std::vector<Oid> types;
     std::vector<const char *> values;
     std::vector<int> lengths, formats;
-    types.reserve(params.size());
-    values.reserve(params.size());
-    lengths.reserve(params.size());
-    formats.reserve(params.size());
-    for (const param &p : params)
+
+    explicit wire_params(const std::vector<param> &params)
     {
-        types.push_back(p.type());
-        values.push_back(p.is_null() ? nullptr : p.value().data());
-        lengths.push_back(p.is_null() ? 0 : static_cast<int>(p.value().size()));
-        formats.push_back(static_cast<int>(p.wire_format()));
+        types.reserve(params.size());
+        values.reserve(params.size());
+        lengths.reserve(params.size());
+        formats.reserve(params.size());
+        for (const param &p : params)
+        {
+            types.push_back(p.type());
+            values.push_back(p.is_null() ? nullptr : p.value().data());
+            lengths.push_back(p.is_null() ? 0 : static_cast<int>(p.value().size()));
+            formats.push_back(static_cast<int>(p.wire_format()));
+        }
     }
-    result res(PQexecParams(conn_.get(), text.c_str(), static_cast<int>(params.size()),
-                            types.data(), values.data(), lengths.data(), formats.data(),
-                            static_cast<int>(result_format)));
+    int count() const { return static_cast<int>(types.size()); }
+};
+
+// The cache key of a named statement: its text and its parameter types
+// (a name is bound to the types it was parsed with).
+std::string statement_key(std::string_view sql, const std::vector<param> &params)
+{
+    std::string key(sql);
+    key.push_back('\0');
+    for (const param &p : params)
+        key += std::to_string(p.type()) + ",";
+    return key;
+}
+
+}  // namespace
+
+result connection::checked(result res, std::string_view sql)
+{
     PGresult *r = res.native_handle();
     if (!r)
         throw broken_connection(error_message());
@@ -315,10 +333,122 @@ result connection::exec_params(std::string_view sql, const std::vector<param> &p
     }
 }
 
+result connection::exec_params(std::string_view sql, const std::vector<param> &params,
+                               format result_format)
+{
+    if (!is_open())
+        throw broken_connection("connection is not open: " + error_message());
+    const std::string text(sql);
+    const wire_params w(params);
+    ++round_trips_;
+    return checked(result(PQexecParams(conn_.get(), text.c_str(), w.count(), w.types.data(),
+                                       w.values.data(), w.lengths.data(), w.formats.data(),
+                                       static_cast<int>(result_format))),
+                   sql);
+}
+
+result connection::exec_prepared(std::string_view sql, const std::vector<param> &params,
+                                 format result_format, preparation how)
+{
+    if (how == preparation::unnamed)
+        return exec_params(sql, params, result_format);
+    if (!is_open())
+        throw broken_connection("connection is not open: " + error_message());
+    const std::string key = statement_key(sql, params);
+    auto it = prepared_.find(key);
+    if (it == prepared_.end())
+        return prepare_and_exec(key, sql, params, result_format);
+    const wire_params w(params);
+    const bool in_block = status() != transaction_status::idle;
+    ++round_trips_;
+    try
+    {
+        return checked(result(PQexecPrepared(conn_.get(), it->second.c_str(), w.count(),
+                                             w.values.data(), w.lengths.data(), w.formats.data(),
+                                             static_cast<int>(result_format))),
+                       sql);
+    }
+    catch (const sql_error &e)
+    {
+        // 26000: the session lost the statement (DISCARD ALL, or a pooler
+        // handed us another server). Outside a transaction nothing was
+        // done: parse it again. Inside one, the error stands.
+        if (e.sqlstate() != "26000")
+            throw;
+        prepared_.erase(key);
+        if (in_block)
+            throw;
+        return prepare_and_exec(key, sql, params, result_format);
+    }
+}
+
+result connection::prepare_and_exec(const std::string &key, std::string_view sql,
+                                    const std::vector<param> &params, format result_format)
+{
+    const std::string text(sql);
+    const std::string name = "pg_idem_" + std::to_string(++statements_named_);
+    const wire_params w(params);
+    PGconn *c = conn_.get();
+    // Parse, then Bind/Describe/Execute, then one Sync: the same messages as
+    // PQexecParams but for the statement's name, in one round trip.
+    if (!PQenterPipelineMode(c))
+        throw failure("pg: cannot enter pipeline mode: " + error_message());
+    struct leave
+    {
+        PGconn *c;
+        ~leave() { PQexitPipelineMode(c); }
+    } guard{c};
+    ++round_trips_;
+    if (!PQsendPrepare(c, name.c_str(), text.c_str(), w.count(), w.types.data()) ||
+        !PQsendQueryPrepared(c, name.c_str(), w.count(), w.values.data(), w.lengths.data(),
+                             w.formats.data(), static_cast<int>(result_format)) ||
+        !PQpipelineSync(c))
+        throw broken_connection(error_message());
+    // Collect everything up to the Sync before deciding (the pipeline must
+    // be drained before leaving it).
+    result parsed, executed;
+    bool parse_ok = false;
+    int stage = 0;  // 0: prepare result, 1: query result, 2: sync
+    for (;;)
+    {
+        PGresult *r = PQgetResult(c);
+        if (!r)
+        {
+            if (!is_open())
+                throw broken_connection(error_message());
+            continue;  // end of one command's results
+        }
+        const ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC)
+        {
+            PQclear(r);
+            break;
+        }
+        if (stage == 0)
+        {
+            parse_ok = st == PGRES_COMMAND_OK;
+            parsed = result(r);
+            stage = 1;
+        }
+        else if (stage == 1)
+        {
+            executed = result(r);
+            stage = 2;
+        }
+        else
+            PQclear(r);
+    }
+    if (!parse_ok)
+        return checked(std::move(parsed), sql);
+    prepared_.emplace(key, name);
+    return checked(std::move(executed), sql);
+}
+
 void connection::commit_statement()
 {
     if (!is_open())
         throw broken_connection("connection lost before COMMIT: " + error_message());
+    ++round_trips_;
     result res(PQexec(conn_.get(), "COMMIT"));
     PGresult *r = res.native_handle();
     if (!r)
@@ -370,6 +500,22 @@ transaction::~transaction()
     }
     catch (...)
     {
+    }
+}
+
+result transaction::exec_prepared(std::string_view sql, const std::vector<param> &params,
+                                  format result_format, preparation how)
+{
+    if (!active_)
+        throw std::logic_error("transaction: already committed or rolled back");
+    try
+    {
+        return conn_.exec_prepared(sql, params, result_format, how);
+    }
+    catch (const broken_connection &)
+    {
+        active_ = false;  // the server rolled it back with the session
+        throw;
     }
 }
 

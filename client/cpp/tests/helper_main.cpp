@@ -26,7 +26,10 @@ int main(int argc, char **argv)
     try
     {
         idem::simple_pool pool(dsn);
+        // Unnamed statements behind a transaction-mode pooler (the parent's
+        // environment, tests/suites/65_pooling.sh).
         idem::runner run(pool, idem::config::builder()
+                                   .pooler_mode(std::getenv("PG_IDEM_TEST_POOLER") != nullptr)
                                    .lease(lease)
                                    .follower_wait_budget(std::chrono::seconds(10))
                                    .poll(std::chrono::milliseconds(10), std::chrono::milliseconds(100))

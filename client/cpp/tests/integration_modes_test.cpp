@@ -19,7 +19,7 @@ using req_data = idem_test::test_request;
 
 config::builder quick()
 {
-    return config::builder().lease(2s).follower_wait_budget(5s).poll(10ms, 100ms).failure_cooldown(300ms);
+    return idem_test::config_builder().lease(2s).follower_wait_budget(5s).poll(10ms, 100ms).failure_cooldown(300ms);
 }
 
 // Blocks COMMITs of gated_effects inserts while alive (see test_support.cpp).

@@ -115,7 +115,7 @@ TEST(Processes, KilledWinnerIsRecoveredAfterTheLease)
     simple_pool pool(idem_test::dsn());
     idem_test::counting_metrics m;
     runner run(pool,
-               config::builder().lease(500ms).follower_wait_budget(5s).poll(10ms, 100ms).build(), &m);
+               idem_test::config_builder().lease(500ms).follower_wait_budget(5s).poll(10ms, 100ms).build(), &m);
     request_view req;
     req.principal = "proc";
     req.method = "POST";

@@ -121,6 +121,11 @@ std::string dsn_with(const std::string &dsn, const std::string &keyword, const s
     return out + keyword + "=" + quote_value(value);
 }
 
+idem::config::builder config_builder()
+{
+    return idem::config::builder().pooler_mode(std::getenv("PG_IDEM_TEST_POOLER") != nullptr);
+}
+
 std::string unique_key(const std::string &prefix)
 {
     static std::mt19937_64 rng{std::random_device{}()};

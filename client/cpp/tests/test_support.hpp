@@ -22,6 +22,11 @@ const std::string &dsn();
 // dsn with one conninfo keyword replaced or added (URIs are accepted).
 std::string dsn_with(const std::string &dsn, const std::string &keyword, const std::string &value);
 
+// config::builder() for the tests: unnamed prepared statements when
+// PG_IDEM_TEST_POOLER is set (the DSN points at a transaction-mode pooler,
+// tests/suites/65_pooling.sh).
+idem::config::builder config_builder();
+
 // A key no other test (or earlier run) uses.
 std::string unique_key(const std::string &prefix);
 

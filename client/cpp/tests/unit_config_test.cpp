@@ -39,7 +39,7 @@ TEST(Config, DefaultsAreTheSeeds)
     EXPECT_EQ(c.failure_cooldown(), 2s);
     EXPECT_EQ(c.max_cacheable_response_bytes(), 2u * 1024 * 1024);
     EXPECT_EQ(c.profile(), idem::status_profile::ietf);
-    EXPECT_EQ(c.wakeup(), idem::follower_wakeup::advisory_lock);
+    EXPECT_EQ(c.wakeup(), idem::follower_wakeup::server_wait);
     EXPECT_NO_THROW(config::builder().build());
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <idem/error.hpp>
+#include <idem/pg.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -31,11 +32,16 @@ enum class status_profile
 // How a waiting follower learns that the winner has finished.
 enum class follower_wakeup
 {
-    // Block on the winner's advisory lock, polling as a fallback (default).
-    advisory_lock,
-    // Poll with backoff only: for transaction-mode poolers (PgBouncer) that
-    // do not keep a server session per client session.
-    polling
+    // Wait inside the server (idem_claim's max_wait, pg_idem 0.3.0): one
+    // call that returns when the winner's result commits. Falls back to
+    // polling with backoff when the server's idem_claim has no max_wait.
+    // Holds no session state: works behind transaction-mode poolers.
+    server_wait,
+    // Poll idem_claim / idem_lookup with jittered backoff only.
+    polling,
+    // 0.2.0's name; the advisory-lock wake-up is gone (it held a session
+    // lock, which transaction-mode poolers break). Same as server_wait.
+    advisory_lock [[deprecated("the advisory-lock wake-up is gone; use server_wait")]] = server_wait
 };
 
 class config
@@ -60,6 +66,10 @@ public:
     unsigned transaction_attempts() const noexcept { return tx_attempts_; }
     status_profile profile() const noexcept { return profile_; }
     follower_wakeup wakeup() const noexcept { return wakeup_; }
+    // Named (default) or unnamed prepared statements.
+    pg::preparation prepared_statements() const noexcept { return preparation_; }
+    // Longest single wait inside the server (0 = the whole budget).
+    milliseconds server_wait_slice() const noexcept { return wait_slice_; }
     // Lower-case names added to the replay allowlist.
     const std::vector<std::string> &replay_headers() const noexcept { return replay_headers_; }
     // Schema of the pg_idem functions; empty = found through search_path.
@@ -79,7 +89,9 @@ private:
     unsigned max_iterations_ = 100;
     unsigned tx_attempts_ = 3;
     status_profile profile_ = status_profile::ietf;
-    follower_wakeup wakeup_ = follower_wakeup::advisory_lock;
+    follower_wakeup wakeup_ = follower_wakeup::server_wait;
+    pg::preparation preparation_ = pg::preparation::named;
+    milliseconds wait_slice_{0};
     std::vector<std::string> replay_headers_;
     std::string schema_;
 };
@@ -117,6 +129,20 @@ public:
     builder &transaction_attempts(unsigned v);
     builder &profile(status_profile p);
     builder &wakeup(follower_wakeup w);
+    // How the runner sends its statements: named prepared statements,
+    // parsed once per connection (default), or unnamed ones, parsed with
+    // every execution, for transaction-mode poolers (PgBouncer before 1.21,
+    // or without max_prepared_statements).
+    builder &prepared_statements(pg::preparation how);
+    // The longest a follower waits inside one server call (default 0: its
+    // whole budget in one call). Each waiting follower holds a server
+    // connection while it waits: behind a pooler with fewer server
+    // connections than waiting followers, the winner's finalize would queue
+    // behind them. Slices let it through after at most one slice.
+    builder &server_wait_slice(milliseconds v);
+    // Settings for a transaction-mode pooler: unnamed statements and
+    // server waits in slices of 200 ms (true), or the defaults (false).
+    builder &pooler_mode(bool on);
     // Adds a header to the replay allowlist (content-type,
     // content-disposition, content-language, cache-control, etag, location).
     // set-cookie, authorization and other session headers are refused.

@@ -103,6 +103,7 @@ response key_reused(status_profile p);  // 422 (ietf) / 409 (seed)
 response in_progress(status_profile p, std::chrono::milliseconds retry_after);  // 409 / 503
 response cooldown(status_profile p, std::chrono::milliseconds retry_after);     // 503
 response not_replayable(status_profile p);                                      // 409
+response expired(status_profile p);                                             // 410 / 409
 response request_too_large(status_profile p, std::size_t limit);               // 413
 response store_unavailable(status_profile p, std::chrono::milliseconds retry_after);  // 503
 response outcome_unknown(status_profile p, std::chrono::milliseconds retry_after);    // 503

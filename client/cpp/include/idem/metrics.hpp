@@ -13,7 +13,8 @@ enum class outcome
     failed,                 // 5xx/408/429 (cooldown), cooldown hit, store error, unresolved outcome
     completed_uncacheable,  // ran; the response was over the cap and stored not replayable
     unguarded,              // no key: ran without idempotency
-    rejected                // invalid or missing key, or request over the cap
+    rejected,               // invalid or missing key, or request over the cap
+    expired                 // the key finished longer ago than idem.ttl and is not run again
 };
 
 // Any number per run() call.

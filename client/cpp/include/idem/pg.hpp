@@ -2,8 +2,9 @@
 //
 // connection owns a PGconn (closed by the destructor), result owns a
 // PGresult, transaction rolls back in its destructor unless committed.
-// Only parameterized statements are offered (PQexecParams): values never
-// become SQL text. Errors are the exceptions of idem/error.hpp.
+// Only parameterized statements are offered (PQexecParams, or prepared
+// statements with exec_prepared): values never become SQL text. Errors
+// are the exceptions of idem/error.hpp.
 //
 // libpq's own header is not included here, so using this header does not
 // put libpq-fe.h on the include path; native_handle() gives the PGconn to
@@ -19,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -161,6 +163,19 @@ enum class transaction_status
     unknown         // connection bad
 };
 
+// How exec_prepared sends a statement.
+enum class preparation
+{
+    // Parsed once per connection under a name and executed by name after
+    // that (the first use sends Parse and Execute in one round trip).
+    // Needs a server session per connection: not behind a transaction-mode
+    // pooler older than PgBouncer 1.21 (max_prepared_statements).
+    named,
+    // Parsed with every execution as the unnamed statement (what
+    // PQexecParams does): works through any pooler.
+    unnamed
+};
+
 // One libpq connection. Not thread safe: use one per thread (the runner
 // takes them from a connection_provider). Move-only.
 class connection
@@ -190,6 +205,22 @@ public:
     result exec_params(std::string_view sql, const std::vector<param> &params,
                        format result_format = format::text);
 
+    // Runs sql as a prepared statement. With preparation::named it is
+    // parsed once on this connection (cached by text and parameter types)
+    // and executed by name afterwards; a statement the server no longer
+    // knows (DISCARD ALL, a pooler that switched servers) is parsed again
+    // when no transaction is open.
+    result exec_prepared(std::string_view sql, const std::vector<param> &params,
+                         format result_format = format::text,
+                         preparation how = preparation::named);
+
+    // Messages exchanges with the server (statements, COMMIT, BEGIN...)
+    // since the connection was opened: a statement's Parse and Execute sent
+    // together count once. For tests and diagnostics.
+    std::uint64_t round_trips() const noexcept { return round_trips_; }
+    // Statements this connection has prepared under a name.
+    std::size_t prepared_count() const noexcept { return prepared_.size(); }
+
     bool is_open() const noexcept;
     transaction_status status() const noexcept;
     int backend_pid() const noexcept;
@@ -208,12 +239,20 @@ private:
     connection(adopt_tag, pg_conn *conn);
     // Runs COMMIT and maps a lost connection to unknown_outcome.
     void commit_statement();
+    // Turns a finished statement's result into a result or an exception.
+    result checked(result res, std::string_view sql);
+    // Parse (named) + Bind/Execute + Sync in one pipeline; records the name.
+    result prepare_and_exec(const std::string &key, std::string_view sql,
+                            const std::vector<param> &params, format result_format);
 
     struct deleter
     {
         void operator()(pg_conn *c) const noexcept;
     };
     std::unique_ptr<pg_conn, deleter> conn_;
+    std::unordered_map<std::string, std::string> prepared_;  // sql + types -> name
+    std::uint64_t round_trips_ = 0;
+    std::uint64_t statements_named_ = 0;
 };
 
 enum class isolation
@@ -241,6 +280,9 @@ public:
     }
     result exec_params(std::string_view sql, const std::vector<param> &params,
                        format result_format = format::text);
+    result exec_prepared(std::string_view sql, const std::vector<param> &params,
+                         format result_format = format::text,
+                         preparation how = preparation::named);
 
     // COMMIT. unknown_outcome when the connection is lost while it is in
     // flight; sql_error (rolled back for sure) when the server refuses it,

@@ -1,0 +1,302 @@
+// Internal header of the single-flight runner (not installed): the engine
+// behind idem::runner, split by concern over runner*.cpp and
+// lease_keeper.cpp:
+//   runner_statements.cpp  the SQL it sends and the rows it reads back
+//   runner_follow.cpp      claim, follower wait and the claim loop
+//   lease_keeper.cpp       the renewal thread
+//   runner_settle.cpp      giving a claim up, settling an unknown commit
+//   runner.cpp             lease mode (run) and idem::runner itself
+//   runner_fenced.cpp      run_fenced
+//   runner_in_tx.cpp       run_in_transaction
+//
+// Follower wake-up. A follower must learn that the winner finished within
+// milliseconds, from any connection, through any pooler. pg_idem 0.3.0's
+// idem_claim / idem_begin take a fourth argument, max_wait: a follower
+// that finds the key in progress blocks inside the server until the
+// winner's finalize, release or fail has committed (or its lease ran out),
+// and gets the final answer (replay, or the claim) in the same call. The
+// first claim of a request carries no max_wait (the server would also
+// wait through a cooldown, which the runner answers with 503 +
+// Retry-After at once); once it answered in_progress, the next claims
+// carry max_wait = what is left of the wait budget: the uncontended path
+// is unchanged, a follower makes two calls, the second returning at the
+// winner's commit. Which servers have it is found out once per runner
+// (its connection provider), from pg_proc. A follower that waits while
+// the winner fails waits on through the cooldown (the server's rule) and
+// then claims the key.
+//
+// Against a server without max_wait (0.2.0), and with
+// follower_wakeup::polling, a follower polls: it naps with jittered
+// backoff (poll_min doubling to poll_max, never past the in_progress
+// answer's retry_after hint or the budget) and reads the key again with
+// idem_lookup, claiming it when it is free.
+//
+// No session state: the runner takes no advisory lock and sets nothing
+// with SET; lock_timeout is set with set_config(..., true) inside the
+// statement's own transaction. Any connection of a transaction-mode pooler
+// can serve any statement. (0.2.0 held a session advisory lock on the
+// winner's renewal connection instead; a pooler lent that backend to
+// others, and followers overshot their budget.)
+
+#pragma once
+
+#include <idem/runner.hpp>
+
+#include <idem/retry.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace idem::detail {
+
+using clock = std::chrono::steady_clock;
+
+// Time left until deadline, never negative.
+inline milliseconds remaining(clock::time_point deadline)
+{
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - clock::now());
+    return left.count() > 0 ? left : milliseconds(0);
+}
+
+// lock_timeout value; 0 would mean "wait forever".
+inline std::string lock_timeout_text(milliseconds d)
+{
+    return std::to_string(std::max<std::int64_t>(1, d.count())) + "ms";
+}
+
+// base scaled by a random factor in [1 - jitter, 1 + jitter], at least 1 ms,
+// so that followers do not poll in step.
+inline milliseconds jittered(milliseconds base, double jitter)
+{
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::uniform_real_distribution<double> dist(1.0 - jitter, 1.0 + jitter);
+    auto v = static_cast<std::int64_t>(static_cast<double>(base.count()) * dist(rng));
+    return milliseconds(std::max<std::int64_t>(1, v));
+}
+
+inline constexpr pg::oid timestamptz_oid = 1184;
+
+// The max_wait of a claim: what is left of the budget, at most one slice.
+inline milliseconds wait_for(const config &cfg, clock::time_point deadline)
+{
+    const milliseconds left = remaining(deadline);
+    return cfg.server_wait_slice().count() > 0 ? std::min(left, cfg.server_wait_slice()) : left;
+}
+
+// A wall-clock instant as timestamptz text, `d` from now.
+std::string wall_clock_in(milliseconds d);
+
+// One row of idem_claim / idem_lookup / idem_begin, as selected by the
+// statements below.
+struct claim_row
+{
+    std::string outcome;
+    std::string claim_id;
+    std::int64_t generation = 0;
+    std::optional<milliseconds> retry_after;
+    std::optional<int> status;
+    std::optional<std::string> headers_json;
+    std::optional<std::string> body;
+
+    bool won() const
+    {
+        return outcome == "claimed" || outcome == "recovered_ttl" ||
+               outcome == "recovered_abandoned";
+    }
+};
+
+// Reads the one row of a claim statement.
+claim_row parse_row(const pg::result &r);
+
+// The SQL the runner sends, with the extension's schema when configured.
+struct statements
+{
+    // claim_wait, begin_wait: with idem_claim / idem_begin's max_wait (0.3.0).
+    std::string claim, claim_wait, lookup, begin, begin_wait, renew, probe_renew, finalize, release,
+        fail;
+
+    explicit statements(const std::string &schema);
+};
+
+// What the server's pg_idem offers, found out once per runner.
+struct server_features
+{
+    bool claim_wait = false;  // idem_claim(cache_key, request_hash, lease, max_wait)
+    bool begin_wait = false;  // idem_begin(..., max_wait)
+};
+
+// The query that finds the features: the functions' argument counts in the
+// configured schema, or the extension's own.
+extern const char *const features_sql;
+
+// idem.max_response_bytes as shown by current_setting ("2MB", "1024", "-1").
+std::optional<std::size_t> parse_size_setting(const std::optional<std::string> &text);
+
+
+// Per request state.
+struct call
+{
+    digest ck{};
+    std::string ck_bytes, rh_bytes;
+    clock::time_point deadline;
+    unsigned iterations = 0;
+    milliseconds backoff{0};
+    bool wait_reported = false;
+    bool can_wait = false;        // the server has max_wait (and wakeup is server_wait)
+    bool seen_in_progress = false; // a claim of this request found the key in progress
+    bool wait_refused = false;    // a wait in the server was cancelled: poll instead
+    bool server_wait = false;     // the last claim carried max_wait
+    milliseconds asked{0};        // the max_wait of the last claim
+    clock::time_point sent;       // when it was sent
+    run_result res;
+};
+
+class engine;
+
+// The renewal thread: renews the winner's lease every renew_interval on its
+// own connection, and stops as soon as the claim is no longer owned.
+class lease_keeper
+{
+public:
+    lease_keeper(const engine &e, call &c, std::string claim_id, connection_handle conn);
+    ~lease_keeper() { stop(); }
+    void start();
+    void stop();
+    connection_handle take_connection() { return std::move(conn_); }
+    std::shared_ptr<const std::atomic<bool>> lost_flag() const { return lost_; }
+
+private:
+    void loop();
+
+    const engine &e_;
+    call &c_;
+    std::string claim_id_;
+    connection_handle conn_;
+    std::shared_ptr<std::atomic<bool>> lost_ = std::make_shared<std::atomic<bool>>(false);
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
+// How reading the key back settled a commit whose outcome was unknown.
+enum class settled
+{
+    committed,           // our result is stored (replayable)
+    committed_uncached,  // our result is stored, not replayable
+    not_committed,       // we still own the claim: nothing was stored
+    lost,                // the claim is someone else's now
+    unknown              // could not find out within the budget
+};
+
+class engine
+{
+public:
+    engine(connection_provider &p, config cfg, metrics *m)
+        : provider_(p), cfg_(std::move(cfg)), metrics_(m), allow_(cfg_), sql_(cfg_.schema())
+    {
+    }
+
+    run_result run(const request_view &req, const handler &h) const;
+    run_result run_fenced(const request_view &req, const transaction_handler &h,
+                          pg::isolation level) const;
+    run_result run_in_tx(const request_view &req, const transaction_handler &h,
+                         pg::isolation level) const;
+
+    const config &cfg() const { return cfg_; }
+    // Runs one of the runner's statements on a connection or in a
+    // transaction, prepared the configured way.
+    template <typename Conn, typename... Args>
+    pg::result q(Conn &c, const std::string &sql, Args &&...args) const
+    {
+        return c.exec_prepared(sql, std::vector<pg::param>{pg::to_param(std::forward<Args>(args))...},
+                               pg::format::text, cfg_.prepared_statements());
+    }
+    template <typename Conn>
+    pg::result qp(Conn &c, const std::string &sql, const std::vector<pg::param> &params,
+                  pg::format f = pg::format::text) const
+    {
+        return c.exec_prepared(sql, params, f, cfg_.prepared_statements());
+    }
+    const statements &sql() const { return sql_; }
+    // The server's features, asked on conn the first time (then cached);
+    // none when asking fails (asked again next time).
+    server_features features(pg::connection &conn) const;
+    connection_provider &provider() const { return provider_; }
+    void emit(event e) const
+    {
+        if (!metrics_)
+            return;
+        try
+        {
+            metrics_->on_event(e);
+        }
+        catch (...)
+        {
+        }
+    }
+
+private:
+    enum class next
+    {
+        answer,
+        wait,
+        claim
+    };
+    using win_fn = std::function<run_result(call &, connection_handle, claim_row &)>;
+
+    // Validation; an answer when the request must not go further.
+    std::optional<run_result> prepare(const request_view &req, call &c, bool &unguarded) const;
+    run_result finish(call &c, outcome o) const;
+    run_result answer(call &c, response r, outcome o) const;
+    run_result unavailable(call &c) const;
+    run_result timed_out(call &c) const;
+    void start_waiting(call &c) const;
+    // Reports pending_wait for a claim that waited in the server.
+    void note_server_wait(call &c, const claim_row &row) const;
+
+    next on_row(call &c, const claim_row &row) const;
+    // A follower's turn with the key's row: the answer when the request is
+    // answered, or nothing to go round the loop again (claim or read anew).
+    std::optional<run_result> follow(call &c, connection_handle &conn, const claim_row &row,
+                                     bool &do_claim) const;
+    run_result loop(call &c, connection_handle conn, bool claim_first, const win_fn &win) const;
+    void wait_for_winner(call &c, pg::connection &conn, const claim_row &row) const;
+
+    claim_row claim(call &c, pg::connection &conn) const;
+    claim_row lookup(call &c, pg::connection &conn) const;
+    // idem_release / idem_fail by status; marks the result when not owned.
+    void give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
+                       storage_action action) const;
+    settled settle_by_reading(call &c, const std::string &claim_id,
+                              std::int64_t generation) const;
+    std::vector<pg::param> finalize_params(const call &c, const std::string &claim_id,
+                                           const response &resp, bool strict) const;
+    run_result win_standard(call &c, connection_handle conn, claim_row &row,
+                            const handler &h) const;
+    void store_standard(call &c, connection_handle &conn, const std::string &claim_id,
+                        std::int64_t generation, const response &resp) const;
+    run_result win_fenced(call &c, connection_handle conn, claim_row &row,
+                          const transaction_handler &h, pg::isolation level) const;
+    run_result unguarded_tx(call &c, const transaction_handler &h, pg::isolation level) const;
+
+    connection_provider &provider_;
+    const config cfg_;
+    metrics *metrics_;
+    const header_allowlist allow_;
+    const statements sql_;
+    mutable std::mutex features_mu_;
+    mutable std::optional<server_features> features_;
+};
+
+// Reports which kind of win a claim row is.
+void report_win(const engine &e, const claim_row &row);
+
+}  // namespace idem::detail

@@ -1,0 +1,329 @@
+// Shared pieces of the engine, the claim, the follower wait and the claim
+// loop every mode goes round.
+#include "runner_engine.hpp"
+
+namespace idem::detail {
+
+// ---- engine: shared pieces --------------------------------------------------
+
+run_result engine::finish(call &c, outcome o) const
+{
+    c.res.outcome = o;
+    if (metrics_)
+    {
+        try
+        {
+            metrics_->on_outcome(o);
+        }
+        catch (...)
+        {
+        }
+    }
+    return std::move(c.res);
+}
+
+run_result engine::answer(call &c, response r, outcome o) const
+{
+    c.res.response = std::move(r);
+    return finish(c, o);
+}
+
+run_result engine::unavailable(call &c) const
+{
+    if (!c.res.error)
+        c.res.error = std::current_exception();
+    return answer(c, problems::store_unavailable(cfg_.profile(), cfg_.retry_after()),
+                  outcome::failed);
+}
+
+run_result engine::timed_out(call &c) const
+{
+    return answer(c, problems::in_progress(cfg_.profile(), cfg_.retry_after()), outcome::timeout);
+}
+
+void engine::note_server_wait(call &c, const claim_row &row) const
+{
+    // The server does not say whether it waited; a claim with max_wait that
+    // did not win and took this long did (an uncontended one takes well
+    // under a millisecond). A follower that waited and then won the key (the
+    // winner released it) is not counted.
+    if (c.server_wait && c.asked.count() > 0 && !row.won() &&
+        clock::now() - c.sent >= milliseconds(5))
+        start_waiting(c);
+}
+
+void engine::start_waiting(call &c) const
+{
+    if (!c.wait_reported)
+    {
+        c.wait_reported = true;
+        emit(event::pending_wait);
+    }
+}
+
+std::optional<run_result> engine::prepare(const request_view &req, call &c, bool &unguarded) const
+{
+    unguarded = false;
+    const key_status ks = check_key_header(req.idempotency_keys);
+    if (ks == key_status::absent && req.key_required)
+        return answer(c, problems::missing_key(cfg_.profile()), outcome::rejected);
+    if (ks != key_status::absent && ks != key_status::ok)
+        return answer(c, problems::invalid_key(cfg_.profile(), ks), outcome::rejected);
+    if (req.body.size() > cfg_.max_request_body_bytes())
+        return answer(c, problems::request_too_large(cfg_.profile(), cfg_.max_request_body_bytes()),
+                      outcome::rejected);
+    if (ks == key_status::absent)
+    {
+        unguarded = true;
+        return std::nullopt;
+    }
+    c.ck = cache_key(req.principal, req.method, req.target, req.idempotency_keys.front());
+    c.ck_bytes = to_bytes(c.ck);
+    c.rh_bytes = to_bytes(request_hash(req.body));
+    c.deadline = clock::now() + cfg_.follower_wait_budget();
+    c.backoff = cfg_.poll_min();
+    return std::nullopt;
+}
+
+server_features engine::features(pg::connection &conn) const
+{
+    {
+        std::lock_guard<std::mutex> lk(features_mu_);
+        if (features_)
+            return *features_;
+    }
+    server_features f;
+    try
+    {
+        pg::result r = conn.exec(features_sql, cfg_.schema());
+        f.claim_wait = r.get_bool(0, 0);
+        f.begin_wait = r.get_bool(0, 1);
+    }
+    catch (const pg::broken_connection &)
+    {
+        throw;  // the caller's error handling deals with the connection
+    }
+    catch (const std::exception &)
+    {
+        return f;  // e.g. no access to the catalog: poll, ask again later
+    }
+    std::lock_guard<std::mutex> lk(features_mu_);
+    features_ = f;
+    return f;
+}
+
+claim_row engine::claim(call &c, pg::connection &conn) const
+{
+    c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
+                 features(conn).claim_wait;
+    c.server_wait = c.can_wait && c.seen_in_progress;
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
+    std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
+                                  pg::to_param(pg::as_bytea(c.rh_bytes)),
+                                  pg::to_param(cfg_.lease()),
+                                  pg::to_param(lock_timeout_text(remaining(c.deadline)))};
+    if (c.server_wait)
+    {
+        params.push_back(pg::to_param(c.asked));
+        params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
+    }
+    c.sent = clock::now();
+    return parse_row(qp(conn, c.server_wait ? sql_.claim_wait : sql_.claim, params,
+                        pg::format::binary));
+}
+
+claim_row engine::lookup(call &c, pg::connection &conn) const
+{
+    std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
+                                  pg::to_param(pg::as_bytea(c.rh_bytes))};
+    c.asked = milliseconds(0);
+    c.sent = clock::now();
+    return parse_row(qp(conn, sql_.lookup, params, pg::format::binary));
+}
+
+// What a non-winning row means for this request.
+engine::next engine::on_row(call &c, const claim_row &row) const
+{
+    const status_profile p = cfg_.profile();
+    if (row.outcome == "replay")
+    {
+        response r;
+        r.status = row.status.value_or(200);
+        if (row.headers_json)
+            r.headers = headers_from_json(*row.headers_json);
+        r.headers.push_back({replay_header_name, "true"});
+        r.body = row.body.value_or("");
+        c.res.response = std::move(r);
+        c.res.replayed = true;
+        c.res.outcome = outcome::replay;
+        return next::answer;
+    }
+    if (row.outcome == "not_replayable")
+    {
+        c.res.response = problems::not_replayable(p);
+        c.res.outcome = outcome::conflict;
+        return next::answer;
+    }
+    if (row.outcome == "mismatch")
+    {
+        c.res.response = problems::key_reused(p);
+        c.res.outcome = outcome::conflict;
+        return next::answer;
+    }
+    if (row.outcome == "expired")
+    {
+        // Finished longer ago than idem.ttl: the response is gone and the
+        // server refuses to run the request again (idem.after_ttl).
+        c.res.response = problems::expired(p);
+        c.res.outcome = outcome::expired;
+        return next::answer;
+    }
+    if (row.outcome == "cooldown")
+    {
+        emit(event::retryable_cooldown);
+        c.res.response = problems::cooldown(p, row.retry_after.value_or(cfg_.retry_after()));
+        c.res.outcome = outcome::failed;
+        return next::answer;
+    }
+    if (row.outcome == "in_progress")
+        return next::wait;
+    if (row.outcome == "absent" || row.outcome == "claimable")
+        return next::claim;
+    throw pg::failure("pg_idem: unexpected claim outcome '" + row.outcome + "'");
+}
+
+void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) const
+{
+    start_waiting(c);
+    if (c.can_wait && !c.server_wait)
+        return;  // first sight of in_progress: the next claim waits in the server
+    if (c.server_wait)
+    {
+        // The server waited for us. Go straight back unless it answered
+        // well before max_wait (a server capping it lower, idem.max_wait,
+        // or not preloaded): then nap first, as when polling.
+        const auto waited = std::chrono::duration_cast<milliseconds>(clock::now() - c.sent);
+        if (c.asked.count() > 0 && waited >= c.asked * 9 / 10)
+        {
+            // A full wait cannot spin: it does not count against
+            // max_iterations (slices of a long budget would).
+            --c.iterations;
+            return;
+        }
+    }
+    milliseconds nap = jittered(c.backoff, cfg_.poll_jitter());
+    if (row.retry_after)
+        nap = std::min(nap, *row.retry_after + milliseconds(1));
+    nap = std::min(nap, remaining(c.deadline));
+    c.backoff = std::min(c.backoff * 2, cfg_.poll_max());
+    if (nap.count() > 0)
+        std::this_thread::sleep_for(nap);
+}
+
+run_result engine::loop(call &c, connection_handle conn, bool claim_first,
+                        const win_fn &win) const
+{
+    bool do_claim = claim_first;
+    unsigned broken = 0;
+    for (;;)
+    {
+        if (++c.iterations > cfg_.max_iterations())
+            return timed_out(c);
+        claim_row row;
+        try
+        {
+            if (!conn)
+                conn = provider_.acquire();
+            row = do_claim ? claim(c, *conn) : lookup(c, *conn);
+        }
+        catch (const pg::lock_not_available &)
+        {
+            // The key is locked by an idem_begin transaction for longer than
+            // our budget.
+            if (clock::now() >= c.deadline)
+                return timed_out(c);
+            continue;
+        }
+        catch (const pg::query_canceled &)
+        {
+            // A statement_timeout shorter than our wait in the server: wait
+            // again (bounded by the budget and max_iterations), in naps.
+            if (!c.server_wait || clock::now() >= c.deadline)
+                return c.server_wait ? timed_out(c) : unavailable(c);
+            c.wait_refused = true;
+            do_claim = false;
+            continue;
+        }
+        catch (const pg::broken_connection &)
+        {
+            conn.reset();
+            if (++broken > 1)
+                return unavailable(c);
+            continue;
+        }
+        catch (const pg::transaction_rollback &)
+        {
+            // The claim lost a race too often (40001 from idem_claim): try
+            // again, bounded by the iteration cap.
+            std::this_thread::sleep_for(jittered(cfg_.poll_min(), cfg_.poll_jitter()));
+            continue;
+        }
+        catch (const std::exception &)
+        {
+            return unavailable(c);
+        }
+        broken = 0;
+        note_server_wait(c, row);
+        if (do_claim && row.won())
+            return win(c, std::move(conn), row);
+        if (std::optional<run_result> r = follow(c, conn, row, do_claim))
+            return std::move(*r);
+    }
+}
+
+std::optional<run_result> engine::follow(call &c, connection_handle &conn, const claim_row &row,
+                                         bool &do_claim) const
+{
+    next n;
+    try
+    {
+        n = on_row(c, row);
+    }
+    catch (const std::exception &)
+    {
+        return unavailable(c);
+    }
+    switch (n)
+    {
+    case next::answer:
+        return finish(c, c.res.outcome);
+    case next::claim:
+        do_claim = true;
+        return std::nullopt;
+    case next::wait:
+        c.seen_in_progress = true;
+        start_waiting(c);
+        if (clock::now() >= c.deadline)
+            return timed_out(c);
+        try
+        {
+            if (conn)
+                wait_for_winner(c, *conn, row);
+        }
+        catch (const pg::broken_connection &)
+        {
+            conn.reset();
+        }
+        catch (const std::exception &)
+        {
+            return unavailable(c);
+        }
+        // Waiting in the server: ask it again (the claim waits); polling:
+        // read the key, claim it once it is free.
+        do_claim = c.can_wait;
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
+}  // namespace idem::detail

@@ -1,0 +1,237 @@
+// In-transaction mode: idem_begin, the handler and the finalize in one
+// transaction.
+#include "runner_engine.hpp"
+
+namespace idem::detail {
+
+// ---- in-transaction mode --------------------------------------------------------
+
+run_result engine::run_in_tx(const request_view &req, const transaction_handler &h,
+                             pg::isolation level) const
+{
+    call c;
+    bool unguarded = false;
+    if (auto early = prepare(req, c, unguarded))
+        return std::move(*early);
+    if (unguarded)
+        return unguarded_tx(c, h, level);
+
+    connection_handle conn;
+    bool do_claim = true;
+    unsigned attempts = 0, broken = 0;
+    for (;;)
+    {
+        if (++c.iterations > cfg_.max_iterations())
+            return timed_out(c);
+        claim_row row;
+        std::optional<pg::transaction> tx;
+        try
+        {
+            if (!conn)
+                conn = provider_.acquire();
+            if (!do_claim)
+                row = lookup(c, *conn);
+            else
+            {
+                // The features are asked before BEGIN: a failed catalog
+                // read must not abort the transaction.
+                c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
+                             features(*conn).begin_wait;
+                c.server_wait = c.can_wait && c.seen_in_progress;
+                tx.emplace(*conn, level);
+                // Duplicates wait inside idem_begin for the first transaction
+                // (bounded by our budget as lock_timeout, the caller's setting
+                // restored by the same statement), and with max_wait for a
+                // lease-mode winner too.
+                c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
+                std::vector<pg::param> params{
+                    pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
+                    pg::to_param(lock_timeout_text(remaining(c.deadline)))};
+                if (c.server_wait)
+                {
+                    params.push_back(pg::to_param(c.asked));
+                    params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
+                }
+                c.sent = clock::now();
+                row = parse_row(qp(*tx, c.server_wait ? sql_.begin_wait : sql_.begin, params,
+                                   pg::format::binary));
+            }
+        }
+        catch (const pg::lock_not_available &)
+        {
+            tx.reset();
+            if (clock::now() >= c.deadline)
+                return timed_out(c);
+            continue;
+        }
+        catch (const pg::query_canceled &)
+        {
+            // A statement_timeout shorter than our wait in the server: poll.
+            tx.reset();
+            if (!c.server_wait || clock::now() >= c.deadline)
+                return c.server_wait ? timed_out(c) : unavailable(c);
+            c.wait_refused = true;
+            do_claim = false;
+            continue;
+        }
+        catch (const pg::transaction_rollback &)
+        {
+            tx.reset();  // e.g. 40001 from idem_begin under REPEATABLE READ
+            if (++attempts >= cfg_.transaction_attempts())
+                return unavailable(c);
+            continue;
+        }
+        catch (const pg::broken_connection &)
+        {
+            tx.reset();
+            conn.reset();
+            if (++broken > 1)
+                return unavailable(c);
+            continue;
+        }
+        catch (const std::exception &)
+        {
+            return unavailable(c);
+        }
+        broken = 0;
+        note_server_wait(c, row);
+
+        if (do_claim && row.won())
+        {
+            report_win(*this, row);
+            c.res.generation = row.generation;
+            claim_context ctx(row.generation, row.claim_id, c.ck);
+            response resp;
+            storage_action action = storage_action::fail;
+            try
+            {
+                tx->exec("SAVEPOINT idem_handler");
+                c.res.handler_ran = true;
+                resp = h(*tx, ctx);
+                action = classify(resp.status);
+                const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
+                std::optional<std::size_t> server_cap;
+                if (action == storage_action::finalize)
+                {
+                    pg::result r =
+                        qp(*tx, sql_.finalize, finalize_params(c, row.claim_id, resp, true));
+                    server_cap = parse_size_setting(r.get_optional_text(0, 1));
+                }
+                else if (action == storage_action::release)
+                    q(*tx, sql_.release, pg::as_bytea(c.ck_bytes), row.claim_id);
+                else
+                {
+                    // A failure keeps none of the handler's writes but does
+                    // keep the cooldown.
+                    tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
+                    q(*tx, sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
+                             cfg_.failure_cooldown());
+                }
+                try
+                {
+                    tx->commit();
+                }
+                catch (const pg::unknown_outcome &)
+                {
+                    emit(event::unknown_outcome);
+                    // Run idem_begin again and roll it back: it waits for a
+                    // commit still in flight, then says what is stored.
+                    try
+                    {
+                        connection_handle probe = provider_.acquire();
+                        pg::transaction ptx(*probe);
+                        std::vector<pg::param> params{
+                            pg::to_param(pg::as_bytea(c.ck_bytes)),
+                            pg::to_param(pg::as_bytea(c.rh_bytes)),
+                            pg::to_param(lock_timeout_text(cfg_.follower_wait_budget()))};
+                        claim_row seen = parse_row(qp(ptx, sql_.begin, params, pg::format::binary));
+                        ptx.rollback();
+                        const bool stored = seen.outcome == "replay" || seen.outcome == "not_replayable";
+                        if (!stored && action == storage_action::finalize)
+                        {
+                            // Not committed: nothing happened. Ask for a retry.
+                            c.res.response = problems::outcome_unknown(cfg_.profile(), cfg_.retry_after());
+                            return finish(c, outcome::failed);
+                        }
+                    }
+                    catch (const std::exception &)
+                    {
+                        c.res.outcome_unknown = true;
+                        c.res.error = std::current_exception();
+                        c.res.response = problems::outcome_unknown(cfg_.profile(), cfg_.retry_after());
+                        return finish(c, outcome::failed);
+                    }
+                }
+                c.res.response = std::move(resp);
+                if (action == storage_action::finalize)
+                {
+                    emit(event::finalized);
+                    const bool uncached = over_client_cap ||
+                                          (server_cap && c.res.response.body.size() > *server_cap);
+                    return finish(c, uncached ? outcome::completed_uncacheable
+                                              : outcome::won_completed);
+                }
+                return finish(c, action == storage_action::fail ? outcome::failed
+                                                                : outcome::won_completed);
+            }
+            catch (const pg::transaction_rollback &e)
+            {
+                const bool transient = dynamic_cast<const pg::serialization_failure *>(&e) ||
+                                       dynamic_cast<const pg::deadlock_detected *>(&e);
+                tx.reset();
+                if (transient && ++attempts < cfg_.transaction_attempts())
+                    continue;  // everything rolled back, the claim too
+                finish(c, outcome::failed);
+                throw;
+            }
+            catch (const pg::broken_connection &)
+            {
+                // Lost before COMMIT: the claim and the writes died with the session.
+                tx.reset();
+                conn.reset();
+                if (++attempts < cfg_.transaction_attempts())
+                    continue;
+                finish(c, outcome::failed);
+                throw;
+            }
+            catch (...)
+            {
+                // The handler threw (or storing failed): keep a cooldown, drop its writes.
+                std::exception_ptr err = std::current_exception();
+                try
+                {
+                    if (tx && tx->active())
+                    {
+                        tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
+                        q(*tx, sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
+                                 cfg_.failure_cooldown());
+                        tx->commit();
+                    }
+                }
+                catch (...)
+                {
+                    emit(event::release_error);
+                }
+                tx.reset();
+                finish(c, outcome::failed);
+                std::rethrow_exception(err);
+            }
+        }
+
+        if (tx)
+        {
+            try
+            {
+                tx->rollback();
+            }
+            catch (...)
+            {
+            }
+            tx.reset();
+        }
+        if (std::optional<run_result> r = follow(c, conn, row, do_claim))
+            return std::move(*r);
+    }
+}
+
+}  // namespace idem::detail

@@ -1,0 +1,94 @@
+// Giving a claim up (release, fail) and settling a commit whose outcome
+// was lost with the connection.
+#include "runner_engine.hpp"
+
+namespace idem::detail {
+
+void engine::give_up_claim(call &c, connection_handle &conn, const std::string &claim_id,
+                           storage_action action) const
+{
+    try
+    {
+        if (!conn)
+            conn = provider_.acquire();
+        pg::result r = action == storage_action::fail
+                           ? q(*conn, sql_.fail, pg::as_bytea(c.ck_bytes), claim_id,
+                               cfg_.failure_cooldown())
+                           : q(*conn, sql_.release, pg::as_bytea(c.ck_bytes), claim_id);
+        if (r.is_null(0, 0) || !r.get_bool(0, 0))
+        {
+            emit(event::lease_stolen);
+            c.res.lease_stolen = true;
+        }
+    }
+    catch (const std::exception &)
+    {
+        emit(event::release_error);
+        if (!c.res.error)
+            c.res.error = std::current_exception();
+        if (conn && !conn->is_open())
+            conn.reset();
+    }
+}
+
+// After a lost connection: did our commit happen? Renewing the claim waits
+// for a commit still in flight (it holds the row lock) and then tells
+// whether the key is still ours (nothing was stored); otherwise the stored
+// row says whether it holds our result.
+settled engine::settle_by_reading(call &c, const std::string &claim_id,
+                                  std::int64_t generation) const
+{
+    const auto deadline = clock::now() + cfg_.follower_wait_budget();
+    for (unsigned attempt = 0; attempt < 3 && clock::now() < deadline; ++attempt)
+    {
+        try
+        {
+            connection_handle conn = provider_.acquire();
+            pg::result r = q(*conn, sql_.probe_renew, pg::as_bytea(c.ck_bytes), claim_id,
+                                      cfg_.lease(), lock_timeout_text(remaining(deadline)));
+            if (!r.is_null(0, 0) && r.get_bool(0, 0))
+                return settled::not_committed;
+            const claim_row row = lookup(c, *conn);
+            const bool ours = row.generation == 0 || generation == 0 || row.generation == generation;
+            if (row.outcome == "replay" && ours)
+                return settled::committed;
+            if (row.outcome == "not_replayable" && ours)
+                return settled::committed_uncached;
+            return settled::lost;
+        }
+        catch (const pg::lock_not_available &)
+        {
+            return settled::unknown;
+        }
+        catch (const pg::query_canceled &)
+        {
+            return settled::unknown;
+        }
+        catch (const std::exception &)
+        {
+            if (!c.res.error)
+                c.res.error = std::current_exception();
+            std::this_thread::sleep_for(cfg_.poll_min());
+        }
+    }
+    return settled::unknown;
+}
+
+std::vector<pg::param> engine::finalize_params(const call &c, const std::string &claim_id,
+                                               const response &resp, bool strict) const
+{
+    const bool over_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
+    // Over the client's cap one byte is enough for the server to record
+    // "completed, not replayable" (see statements::finalize).
+    const std::string_view body =
+        over_cap ? std::string_view(resp.body).substr(0, 1) : std::string_view(resp.body);
+    return {pg::to_param(pg::as_bytea(c.ck_bytes)),
+            pg::to_param(claim_id),
+            pg::to_param(resp.status),
+            pg::to_param(allow_.to_json(resp.headers)),
+            pg::to_param(pg::as_bytea(body)),
+            pg::to_param(strict),
+            pg::to_param(over_cap)};
+}
+
+}  // namespace idem::detail
