@@ -25,7 +25,8 @@
  * another request, however old: only the same request recovers it.
  *
  * A follower may wait in the server (max_wait): while the key is in
- * progress or cooling down, the claim sleeps on the key's wake-up channel
+ * progress (and, once it waited for it, while the failed winner's
+ * cooldown runs), the claim sleeps on the key's wake-up channel
  * (wakeup.c), which the winner's finalize, release or fail broadcasts
  * after it commits, and re-reads with a fresh snapshot; it also wakes when
  * the lease or the cooldown ends.  It holds no lock while it sleeps.
@@ -514,6 +515,15 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 		}
 
 		verdict = decide(answer, request_hash);
+
+		/*
+		 * A request that arrives during a cooldown is answered at once: the
+		 * cooldown bounds retries of a handler that just failed.  Only a
+		 * follower that was already waiting for the winner waits it out.
+		 */
+		if (verdict == VERDICT_WAITABLE && deadline != 0 && !waiting &&
+			strcmp(answer->outcome, "cooldown") == 0)
+			break;
 		if (verdict == VERDICT_WAITABLE && deadline != 0 &&
 			GetCurrentTimestamp() < deadline)
 		{
