@@ -71,7 +71,9 @@ pidfile = ${dir}/pgbouncer.pid
   });
 
   test('every mode', async () => {
-    const runner = new Runner(bouncer, { lease: 300, followerWaitBudget: 5000 });
+    // Fewer server connections (2) than waiting followers (9): a server-side
+    // wait would hold every connection the winner needs to renew its lease.
+    const runner = new Runner(bouncer, { lease: 300, followerWaitBudget: 5000, serverWait: false });
     const k = crypto.randomUUID();
     const req = (key) => ({ principal: 'alice', method: 'POST', target: '/bouncer', keys: [key], body: '{}' });
     let runs = 0;
