@@ -29,7 +29,7 @@
  * key.  Keys are caller-controlled strings, so only their SHA-256 is
  * indexed.
  *
- * Ack and nack are fenced by the claim token and state = 'pending'; a
+ * Ack and nack are fenced by the claim token (set only on pending rows); a
  * re-claim replaces the token, so a drainer whose lease expired and whose
  * rows were taken over changes nothing.  An ack moves the event out of
  * the queue into idem_outbox_archive (or deletes it, idem.outbox_archive
@@ -49,6 +49,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
 #include "utils/uuid.h"
@@ -71,8 +72,8 @@ PG_FUNCTION_INFO_V1(idem_outbox_prune);
  * Is the row eligible for a claim?  Shared by the claim and the wake-up
  * probe (outbox_wait.c has its own copy of the test: keep them alike).
  */
-#define OUTBOX_CLAIMABLE(alias) \
-	alias ".state = 'pending' AND " alias ".available_at <= clock_timestamp()" \
+#define OUTBOX_CLAIMABLE(alias, now) \
+	alias ".state = 'pending' AND " alias ".available_at <= " now \
 	" AND (" alias ".key_hash IS NULL OR NOT EXISTS (" \
 	"  SELECT 1 FROM @extschema@.idem_outbox_queue e" \
 	"   WHERE e.key_hash = " alias ".key_hash AND e.state = 'pending'" \
@@ -80,20 +81,21 @@ PG_FUNCTION_INFO_V1(idem_outbox_prune);
 
 /*
  * One claim of at most %d rows (twice: the literal batch): pick the
- * caller's claimable rows ($5), then shared rows of scope '' up to the
- * batch; lease them to token $2 for $3 and count the attempt.  A picked
+ * caller's claimable rows ($5) as of $6 (the time, a parameter so that it
+ * bounds the index scan: clock_timestamp() could only filter it), then
+ * shared rows of scope '' up to the batch; lease them to token $2 for $3 and count the attempt.  A picked
  * row whose attempts are used up ($4) goes dead instead; only the leased
  * rows are returned.
  */
 static const char claim_template[] =
 	"WITH own AS MATERIALIZED ("
 	"  SELECT o.id FROM @extschema@.idem_outbox_queue o"
-	"   WHERE o.scope = $5 AND " OUTBOX_CLAIMABLE("o")
+	"   WHERE o.scope = $5 AND " OUTBOX_CLAIMABLE("o", "$6")
 	"   ORDER BY o.available_at, o.id"
 	"   LIMIT %d FOR UPDATE OF o SKIP LOCKED),"
 	" shared AS MATERIALIZED ("
 	"  SELECT o.id FROM @extschema@.idem_outbox_queue o"
-	"   WHERE o.scope = '' AND " OUTBOX_CLAIMABLE("o")
+	"   WHERE o.scope = '' AND " OUTBOX_CLAIMABLE("o", "$6")
 	"   ORDER BY o.available_at, o.id"
 	"   LIMIT (%d - (SELECT count(*) FROM own)) FOR UPDATE OF o SKIP LOCKED),"
 	" taken AS ("
@@ -107,12 +109,25 @@ static const char claim_template[] =
 	"   available_at = CASE WHEN o.attempts >= $4 THEN o.available_at"
 	"     ELSE clock_timestamp() + $3 END"
 	"  WHERE o.id = ANY (ARRAY(SELECT id FROM own UNION ALL SELECT id FROM shared))"
-	"    AND o.state = 'pending' AND o.available_at <= clock_timestamp()"
 	"  RETURNING o.id, o.topic, o.message_key, o.payload, o.payload_bytes,"
 	"   o.headers, o.attempts, o.created_at, o.claim_token, o.available_at, o.state)"
 	" SELECT id, topic, message_key, payload, payload_bytes, headers, attempts,"
 	"  created_at, claim_token, available_at, state = 'dead'"
 	" FROM taken ORDER BY id";
+
+/*
+ * The drainer's statements find rows by primary key or walk the claimable
+ * index, whatever the statistics say: a plan made while the queue was
+ * empty (and kept) must not become a scan of a million rows later.  The
+ * statements' WHERE clauses never imply a partial index's predicate where
+ * the primary key is meant (state <> 'dead', not state = 'pending'; a
+ * claim token is only ever set on pending rows), and they are planned
+ * with sequential, bitmap, hash and merge plans disabled, set around
+ * their execution only.
+ */
+static const char *const planner_off[] = {
+	"enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin"
+};
 
 /* The kept claim statements, one per recent batch size. */
 typedef struct ClaimPlan
@@ -128,7 +143,7 @@ static int	claim_plan_next = 0;
 static IdemStatement ack_archive = {
 	"WITH moved AS ("
 	"  DELETE FROM @extschema@.idem_outbox_queue o"
-	"   WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state = 'pending'"
+	"   WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state <> 'dead'"
 	"  RETURNING o.*)"
 	" INSERT INTO @extschema@.idem_outbox_archive"
 	"  (id, topic, message_key, key_hash, payload, payload_bytes, headers, state,"
@@ -144,7 +159,7 @@ static IdemStatement ack_archive = {
 /* idem.outbox_archive = off: a published event is simply gone. */
 static IdemStatement ack_delete = {
 	"DELETE FROM @extschema@.idem_outbox_queue o"
-	" WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state = 'pending'",
+	" WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state <> 'dead'",
 	2, {UUIDOID, INT8ARRAYOID}
 };
 
@@ -159,7 +174,7 @@ static IdemStatement nack_event = {
 	" dead_at = CASE WHEN attempts >= $5 THEN clock_timestamp() END,"
 	" available_at = CASE WHEN attempts >= $5 THEN available_at"
 	"   ELSE clock_timestamp() + $4[least(attempts, cardinality($4))] END"
-	" WHERE id = $2 AND claim_token = $1 AND state = 'pending'"
+	" WHERE id = $2 AND claim_token = $1 AND state <> 'dead'"
 	" RETURNING state, attempts, $4[least(attempts, cardinality($4))]",
 	5, {UUIDOID, INT8OID, TEXTOID, INTERVALARRAYOID, INT4OID}
 };
@@ -213,14 +228,34 @@ claim_statement(int32 batch)
 	memset(slot, 0, sizeof(ClaimPlan));
 	slot->stmt.sql = MemoryContextStrdup(TopMemoryContext,
 										 psprintf(claim_template, batch, batch));
-	slot->stmt.nargs = 5;
+	slot->stmt.nargs = 6;
 	slot->stmt.argtypes[0] = INT4OID;	/* unused: keeps $n numbering */
 	slot->stmt.argtypes[1] = UUIDOID;
 	slot->stmt.argtypes[2] = INTERVALOID;
 	slot->stmt.argtypes[3] = INT4OID;
 	slot->stmt.argtypes[4] = TEXTOID;
+	slot->stmt.argtypes[5] = TIMESTAMPTZOID;
 	slot->batch = batch;
 	return &slot->stmt;
+}
+
+/*
+ * Run a drainer statement with the plans above disabled (a GUC nesting
+ * level, undone at once, or by the abort on error).
+ */
+static int
+execute_indexed(IdemStatement *stmt, Oid namespace, Datum *values, long count)
+{
+	int			level = NewGUCNestLevel();
+	int			i;
+	int			processed;
+
+	for (i = 0; i < lengthof(planner_off); i++)
+		(void) set_config_option(planner_off[i], "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	processed = idem_execute(stmt, namespace, values, NULL, false, count);
+	AtEOXact_GUC(true, level);
+	return processed;
 }
 
 /* The claim token: a random (version 4) UUID. */
@@ -241,7 +276,7 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			namespace = idem_function_namespace(fcinfo);
 	int32		batch = idem_outbox_batch_arg(fcinfo, 0, OUTBOX_MAX_BATCH);
-	Datum		values[5];
+	Datum		values[6];
 	uint64		i;
 	int64		claimed = 0;
 	int64		dead = 0;
@@ -252,13 +287,14 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 													  idem_lease_ms));
 	values[3] = Int32GetDatum(idem_outbox_max_attempts);
 	values[4] = PointerGetDatum(idem_current_scope());
+	values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != CLAIM_NCOLUMNS)
 		elog(ERROR, "idem_outbox_claim must return %d columns", CLAIM_NCOLUMNS);
 
 	SPI_connect();
-	idem_execute(claim_statement(batch), namespace, values, NULL, false, 0);
+	execute_indexed(claim_statement(batch), namespace, values, 0);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		HeapTuple	row = SPI_tuptable->vals[i];
@@ -353,8 +389,8 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PointerGetDatum(ids);
 	SPI_connect();
-	acked = idem_execute(idem_outbox_archive ? &ack_archive : &ack_delete,
-						 namespace, values, NULL, false, 0);
+	acked = execute_indexed(idem_outbox_archive ? &ack_archive : &ack_delete,
+							namespace, values, 0);
 	SPI_finish();
 
 	idem_count(IDEM_STAT_OUTBOX_ACKED, acked);
@@ -396,7 +432,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	values[4] = Int32GetDatum(idem_outbox_max_attempts);
 
 	SPI_connect();
-	if (idem_execute(&nack_event, namespace, values, NULL, false, 1) == 0)
+	if (execute_indexed(&nack_event, namespace, values, 1) == 0)
 	{
 		outcome = "stale";
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);

@@ -34,25 +34,25 @@ PG_FUNCTION_INFO_V1(idem_outbox_backlog);
 PG_FUNCTION_INFO_V1(idem_outbox_view_write);
 
 /* Is the row eligible for a claim?  The claim's test (outbox_claim.c). */
-#define OUTBOX_CLAIMABLE(alias) \
-	alias ".state = 'pending' AND " alias ".available_at <= clock_timestamp()" \
+#define OUTBOX_CLAIMABLE(alias, now) \
+	alias ".state = 'pending' AND " alias ".available_at <= " now \
 	" AND (" alias ".key_hash IS NULL OR NOT EXISTS (" \
 	"  SELECT 1 FROM @extschema@.idem_outbox_queue e" \
 	"   WHERE e.key_hash = " alias ".key_hash AND e.state = 'pending'" \
 	"     AND e.scope = " alias ".scope AND e.id < " alias ".id))"
 
 /*
- * The wake-up probe: is anything of scope $1 (or shared, '') claimable,
- * and when is the next pending event of those scopes due after now?
+ * The wake-up probe: is anything of scope $1 (or shared, '') claimable at
+ * $2 (now), and when is the next pending event of those scopes due?
  */
 static IdemStatement probe_work = {
 	"SELECT EXISTS (SELECT 1 FROM @extschema@.idem_outbox_queue o"
-	"                WHERE o.scope = ANY (ARRAY[$1, '']) AND " OUTBOX_CLAIMABLE("o") "),"
+	"                WHERE o.scope = ANY (ARRAY[$1, '']) AND " OUTBOX_CLAIMABLE("o", "$2") "),"
 	" least((SELECT min(available_at) FROM @extschema@.idem_outbox_queue"
-	"         WHERE scope = $1 AND state = 'pending' AND available_at > clock_timestamp()),"
+	"         WHERE scope = $1 AND state = 'pending' AND available_at > $2),"
 	"       (SELECT min(available_at) FROM @extschema@.idem_outbox_queue"
-	"         WHERE scope = '' AND state = 'pending' AND available_at > clock_timestamp()))",
-	1, {TEXTOID}
+	"         WHERE scope = '' AND state = 'pending' AND available_at > $2))",
+	2, {TEXTOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -83,7 +83,7 @@ idem_outbox_wait(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	Interval   *timeout;
 	TimestampTz deadline;
-	Datum		scope;
+	Datum		args[2];
 	IdemWaiter	waiter;
 	bool		found = false;
 
@@ -95,7 +95,7 @@ idem_outbox_wait(PG_FUNCTION_ARGS)
 				 errmsg("idem_outbox_wait must run in a READ COMMITTED transaction"),
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE the wait could never see new events."),
 				 errhint("Call it outside an explicit transaction block.")));
-	scope = PointerGetDatum(idem_current_scope());
+	args[0] = PointerGetDatum(idem_current_scope());
 	deadline = GetCurrentTimestamp() + timeout->time;
 
 	/* Prepared before the first probe: a commit after it is not missed. */
@@ -108,7 +108,8 @@ idem_outbox_wait(PG_FUNCTION_ARGS)
 
 		CHECK_FOR_INTERRUPTS();
 		/* Volatile: a fresh snapshot for this probe only. */
-		idem_execute(&probe_work, namespace, &scope, NULL, false, 1);
+		args[1] = TimestampTzGetDatum(GetCurrentTimestamp());
+		idem_execute(&probe_work, namespace, args, NULL, false, 1);
 		found = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
 		if (!found)
