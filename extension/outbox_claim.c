@@ -146,12 +146,11 @@ static IdemStatement ack_archive = {
 	"   WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state <> 'dead'"
 	"  RETURNING o.*)"
 	" INSERT INTO @extschema@.idem_outbox_archive"
-	"  (id, topic, message_key, key_hash, payload, payload_bytes, headers, state,"
-	"   attempts, last_error, available_at, claim_token, created_at, published_at,"
-	"   dead_at, scope)"
+	"  (id, topic, message_key, key_hash, payload, payload_bytes, headers,"
+	"   attempts, last_error, available_at, claim_token, created_at, published_at, scope)"
 	" SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers,"
-	"  'published', attempts, last_error, available_at, claim_token, created_at,"
-	"  clock_timestamp(), NULL, scope"
+	"  attempts, last_error, available_at, claim_token, created_at,"
+	"  clock_timestamp(), scope"
 	" FROM moved",
 	2, {UUIDOID, INT8ARRAYOID}
 };

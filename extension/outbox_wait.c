@@ -162,54 +162,61 @@ idem_outbox_backlog(PG_FUNCTION_ARGS)
 
 /* Columns of the idem_outbox view, in its order, and their types. */
 #define VIEW_NCOLUMNS 16
-static const char *const view_columns =
-	"id, topic, message_key, key_hash, payload, payload_bytes, headers, state,"
-	" attempts, last_error, available_at, claim_token, created_at, published_at,"
-	" dead_at, scope";
-static const Oid view_types[VIEW_NCOLUMNS + 1] = {
+static const char *const view_columns[VIEW_NCOLUMNS] = {
+	"id", "topic", "message_key", "key_hash", "payload", "payload_bytes", "headers",
+	"state", "attempts", "last_error", "available_at", "claim_token", "created_at",
+	"published_at", "dead_at", "scope"
+};
+static const Oid view_types[VIEW_NCOLUMNS] = {
 	INT8OID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, JSONBOID, TEXTOID,
 	INT4OID, TEXTOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID, INT8OID
+	TIMESTAMPTZOID, TEXTOID
 };
+
+/* The view's columns the archive does not have (every archived row is published). */
+#define VIEW_STATE		7
+#define VIEW_DEAD_AT	14
 
 /*
  * Apply a hand edit of idem_outbox to the table that holds the row:
  * new == NULL deletes.  Returns whether a row was changed.
  */
 static bool
-edit_row(const char *schema, const char *table, HeapTuple old, HeapTuple new,
-		 TupleDesc desc)
+edit_row(const char *schema, const char *table, bool archive, HeapTuple old,
+		 HeapTuple new, TupleDesc desc)
 {
 	Datum		values[VIEW_NCOLUMNS + 1];
+	Oid			types[VIEW_NCOLUMNS + 1];
 	char		nulls[VIEW_NCOLUMNS + 1];
 	bool		isnull;
 	StringInfoData sql;
 	int			i;
+	int			n = 0;
 	int			rc;
 
 	initStringInfo(&sql);
 	if (new == NULL)
-	{
-		appendStringInfo(&sql, "DELETE FROM %s.%s WHERE id OPERATOR(pg_catalog.=) $1", schema, table);
-		values[0] = heap_getattr(old, 1, desc, &isnull);
-		rc = SPI_execute_with_args(sql.data, 1, (Oid *) &view_types[VIEW_NCOLUMNS],
-								   values, NULL, false, 0);
-	}
+		appendStringInfo(&sql, "DELETE FROM %s.%s", schema, table);
 	else
 	{
-		appendStringInfo(&sql, "UPDATE %s.%s SET (%s) = (", schema, table, view_columns);
+		appendStringInfo(&sql, "UPDATE %s.%s SET ", schema, table);
 		for (i = 0; i < VIEW_NCOLUMNS; i++)
 		{
-			values[i] = heap_getattr(new, i + 1, desc, &isnull);
-			nulls[i] = isnull ? 'n' : ' ';
-			appendStringInfo(&sql, "%s$%d", i == 0 ? "" : ", ", i + 1);
+			if (archive && (i == VIEW_STATE || i == VIEW_DEAD_AT))
+				continue;
+			values[n] = heap_getattr(new, i + 1, desc, &isnull);
+			nulls[n] = isnull ? 'n' : ' ';
+			types[n] = view_types[i];
+			n++;
+			appendStringInfo(&sql, "%s%s = $%d", n == 1 ? "" : ", ", view_columns[i], n);
 		}
-		appendStringInfo(&sql, ") WHERE id OPERATOR(pg_catalog.=) $%d", VIEW_NCOLUMNS + 1);
-		values[VIEW_NCOLUMNS] = heap_getattr(old, 1, desc, &isnull);
-		nulls[VIEW_NCOLUMNS] = ' ';
-		rc = SPI_execute_with_args(sql.data, VIEW_NCOLUMNS + 1, (Oid *) view_types,
-								   values, nulls, false, 0);
 	}
+	values[n] = heap_getattr(old, 1, desc, &isnull);
+	nulls[n] = ' ';
+	types[n] = INT8OID;
+	n++;
+	appendStringInfo(&sql, " WHERE id OPERATOR(pg_catalog.=) $%d", n);
+	rc = SPI_execute_with_args(sql.data, n, types, values, nulls, false, 0);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_with_args failed for \"%s\": %s",
 			 sql.data, SPI_result_code_string(rc));
@@ -246,8 +253,8 @@ idem_outbox_view_write(PG_FUNCTION_ARGS)
 	schema = quote_identifier(get_namespace_name(idem_function_namespace(fcinfo)));
 
 	SPI_connect();
-	changed = edit_row(schema, "idem_outbox_queue", old, new, desc) ||
-		edit_row(schema, "idem_outbox_archive", old, new, desc);
+	changed = edit_row(schema, "idem_outbox_queue", false, old, new, desc) ||
+		edit_row(schema, "idem_outbox_archive", true, old, new, desc);
 	SPI_finish();
 	if (!changed)
 		return PointerGetDatum(NULL);
