@@ -29,7 +29,7 @@ RESULTS=$BENCH/results
 
 MODE=${1:-quick}
 case $MODE in
-    quick) ROUNDS=2 SECS=2 EVENTS=20000 ;;
+    quick) ROUNDS=${OUTBOX_ROUNDS:-2} SECS=${OUTBOX_SECS:-2} EVENTS=20000 ;;
     full)  ROUNDS=3 SECS=10 EVENTS=100000 ;;
     *) echo "usage: $0 [quick|full]" >&2; exit 2 ;;
 esac
@@ -66,7 +66,9 @@ CREATE TABLE floor.q (
 if [ -n "${PGMQ_SQL:-}" ] && [ -f "$PGMQ_SQL" ]; then
     q -f "$PGMQ_SQL" >/dev/null && q -c "SELECT pgmq.create('bench')" >/dev/null &&
         VARIANTS="$VARIANTS pgmq"
-    PGMQ_VERSION=$(sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" "$(dirname "$PGMQ_SQL")/../pgmq.control" 2>/dev/null || true)
+    # PGMQ_VERSION: what the results page names (pgmq's control file, when beside it).
+    PGMQ_VERSION=${PGMQ_VERSION:-$(sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" \
+        "$(dirname "$PGMQ_SQL")/../pgmq.control" 2>/dev/null || true)}
 fi
 echo "variants: $VARIANTS"
 
@@ -184,7 +186,10 @@ done
 
 {
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
-    echo "mode=$MODE rounds=$ROUNDS secs=$SECS events=$EVENTS"
+    echo "mode=$MODE"
+    echo "rounds=$ROUNDS"
+    echo "secs=$SECS"
+    echo "events=$EVENTS"
     echo "nproc=$(nproc)"
     echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "postgres=$(q -c 'SELECT version()')"
