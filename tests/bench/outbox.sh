@@ -107,8 +107,8 @@ run_cell() {   # ROUND CELL VARIANT
     local round=$1 cell=$2 v=$3 table rows=0 counted=ins before after t0 t1 events load
     table=$(table_of "$v")
     case $cell in
-        drain1) rows=$((3000 * SECS)); counted=del ;;
-        drain100) rows=$((40000 * SECS)); counted=del ;;
+        drain1) rows=$((10000 * SECS)); counted=del ;;
+        drain100) rows=$((80000 * SECS)); counted=del ;;
         mixed) counted=del ;;
     esac
     reset_variant "$v" "$rows" >/dev/null
