@@ -24,10 +24,12 @@
 #include "access/tupdesc.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/tuplestore.h"
 
@@ -205,14 +207,6 @@ static IdemStatement stage_batch = {
 	7, {TEXTOID, JSONBARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, JSONBARRAYOID, INTERVALOID, TEXTOID}
 };
 
-static IdemStatement stage_dead_letter = {
-	"INSERT INTO @extschema@.idem_outbox_queue (topic, payload, available_at, scope)"
-	" VALUES ('" IDEM_INBOX_DEAD_TOPIC "',"
-	"  jsonb_build_object('consumer', $1, 'message_id', $2,"
-	"                     'error_count', $3, 'last_error', $4),"
-	"  clock_timestamp(), $5)",
-	5, {TEXTOID, TEXTOID, INT4OID, TEXTOID, TEXTOID}
-};
 
 /* Refuse a batch size outside 1 .. max. */
 int32
@@ -571,22 +565,36 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* Stage an inbox message's dead-letter event; the caller is in SPI. */
+/* Append a JSON string (escaped) for a text Datum to buf. */
+static void
+append_json_text(StringInfo buf, Datum value)
+{
+	escape_json(buf, TextDatumGetCString(value));
+}
+
+/*
+ * Stage an inbox message's dead-letter event (through
+ * idem_outbox_stage_event); the caller is in SPI.
+ */
 void
 idem_outbox_stage_dead_letter(Oid namespace, Datum consumer, Datum message_id,
 							  int32 error_count, Datum last_error, bool last_error_null)
 {
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	StringInfoData json;
+	Jsonb	   *payload;
 
-	values[0] = consumer;
-	values[1] = message_id;
-	values[2] = Int32GetDatum(error_count);
-	values[3] = last_error;
+	initStringInfo(&json);
+	appendStringInfoString(&json, "{\"consumer\": ");
+	append_json_text(&json, consumer);
+	appendStringInfoString(&json, ", \"message_id\": ");
+	append_json_text(&json, message_id);
+	appendStringInfo(&json, ", \"error_count\": %d, \"last_error\": ", error_count);
 	if (last_error_null)
-		nulls[3] = 'n';
-	values[4] = PointerGetDatum(idem_current_scope());
-	idem_execute(&stage_dead_letter, namespace, values, nulls, false, 0);
-	idem_count(IDEM_STAT_OUTBOX_STAGED, 1);
-	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
+		appendStringInfoString(&json, "null");
+	else
+		append_json_text(&json, last_error);
+	appendStringInfoChar(&json, '}');
+	payload = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data)));
+	(void) idem_outbox_stage_event(namespace, cstring_to_text(IDEM_INBOX_DEAD_TOPIC),
+								   payload, NULL, NULL, NULL);
 }

@@ -159,6 +159,19 @@ SELECT pg_temp.err($$INSERT INTO idem_outbox (topic, payload, available_at) VALU
 SELECT idem_outbox_prune('0', 1000000) >= 1 AS pruned;
 SELECT count(*) AS left_over FROM idem_outbox WHERE topic LIKE 'obs.%';
 
+-- An inbox dead letter is staged through the C entry point
+-- (idem_outbox_stage_event) in the consumer's scope, its text escaped.
+SET ROLE ob_svc_a;
+BEGIN;
+SELECT idem_inbox_begin('obs-consumer', 'm "1"', sha256('p'), 1) IS NOT NULL AS began;
+ROLLBACK;
+SELECT count(*) AS failed FROM idem_inbox_fail('obs-consumer', 'm "1"', E'broke: "quoted"\n\\ and \u00fc');
+RESET ROLE;
+SELECT topic, scope, payload FROM idem_outbox
+ WHERE topic = 'idem.inbox.dead' AND payload->>'consumer' = 'obs-consumer';
+DELETE FROM idem_outbox WHERE topic = 'idem.inbox.dead' AND payload->>'consumer' = 'obs-consumer';
+DELETE FROM idem_inbox WHERE consumer = 'obs-consumer';
+
 DROP TABLE tokens;
 DROP ROLE ob_replica;
 DROP ROLE ob_svc_b;
