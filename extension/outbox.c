@@ -186,7 +186,7 @@ idem_outbox_backoff_array(void)
 static IdemStatement stage_event = {
 	"INSERT INTO @extschema@.idem_outbox_queue"
 	" (topic, message_key, key_hash, payload, payload_bytes, headers, available_at, scope)"
-	" VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7, $8)"
+	" VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7, $8)"
 	" RETURNING id",
 	STAGE_NARGS, {TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, JSONBOID, INTERVALOID, TEXTOID}
 };
@@ -195,13 +195,14 @@ static IdemStatement stage_event = {
  * A batch: one INSERT over the arrays, in array order (the ORDER BY sits
  * below the projection that draws the ids, so ids follow the arrays and
  * per-key order is the order of the batch).  A NULL array stands for all
- * NULLs (unnest pads).
+ * NULLs (ROWS FROM pads).
  */
 static IdemStatement stage_batch = {
 	"INSERT INTO @extschema@.idem_outbox_queue"
 	" (topic, message_key, key_hash, payload, headers, available_at, scope)"
-	" SELECT $1, u.k, u.h, u.p, u.hd, clock_timestamp() + $6, $7"
-	"   FROM unnest($2, $3, $4, $5) WITH ORDINALITY AS u(p, k, h, hd, n)"
+	" SELECT $1, u.k, u.h, u.p, u.hd, pg_catalog.clock_timestamp() + $6, $7"
+	"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4),"
+	"                   pg_catalog.unnest($5)) WITH ORDINALITY AS u(p, k, h, hd, n)"
 	"  ORDER BY u.n"
 	" RETURNING id",
 	7, {TEXTOID, JSONBARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, JSONBARRAYOID, INTERVALOID, TEXTOID}

@@ -100,17 +100,17 @@ static const char claim_template[] =
 	"  SELECT o.id FROM @extschema@.idem_outbox_queue o"
 	"   WHERE o.scope = '' AND " OUTBOX_CLAIMABLE("o", "$6")
 	"   ORDER BY o.available_at, o.id"
-	"   LIMIT (%d - (SELECT count(*) FROM own)) FOR UPDATE OF o SKIP LOCKED),"
+	"   LIMIT (%d - (SELECT pg_catalog.count(*) FROM own)) FOR UPDATE OF o SKIP LOCKED),"
 	" taken AS ("
 	"  UPDATE @extschema@.idem_outbox_queue o SET"
 	"   state = CASE WHEN o.attempts >= $4 THEN 'dead' ELSE 'pending' END,"
-	"   dead_at = CASE WHEN o.attempts >= $4 THEN clock_timestamp() END,"
+	"   dead_at = CASE WHEN o.attempts >= $4 THEN pg_catalog.clock_timestamp() END,"
 	"   last_error = CASE WHEN o.attempts >= $4 AND o.claim_token IS NOT NULL"
 	"     THEN 'lease expired during the last attempt' ELSE o.last_error END,"
 	"   attempts = CASE WHEN o.attempts >= $4 THEN o.attempts ELSE o.attempts + 1 END,"
 	"   claim_token = CASE WHEN o.attempts >= $4 THEN NULL ELSE $2 END,"
 	"   available_at = CASE WHEN o.attempts >= $4 THEN o.available_at"
-	"     ELSE clock_timestamp() + $3 END"
+	"     ELSE pg_catalog.clock_timestamp() + $3 END"
 	"  WHERE o.id = ANY (ARRAY(SELECT id FROM own UNION ALL SELECT id FROM shared))"
 	"  RETURNING o.id, o.topic, o.message_key, o.payload, o.payload_bytes,"
 	"   o.headers, o.attempts, o.created_at, o.claim_token, o.available_at, o.state)"
@@ -153,7 +153,7 @@ static IdemStatement ack_archive = {
 	"   attempts, last_error, available_at, claim_token, created_at, published_at, scope)"
 	" SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers,"
 	"  attempts, last_error, available_at, claim_token, created_at,"
-	"  clock_timestamp(), scope"
+	"  pg_catalog.clock_timestamp(), scope"
 	" FROM moved",
 	2, {UUIDOID, INT8ARRAYOID}
 };
@@ -173,11 +173,11 @@ static IdemStatement nack_event = {
 	"UPDATE @extschema@.idem_outbox_queue SET"
 	" last_error = $3, claim_token = NULL,"
 	" state = CASE WHEN attempts >= $5 THEN 'dead' ELSE 'pending' END,"
-	" dead_at = CASE WHEN attempts >= $5 THEN clock_timestamp() END,"
+	" dead_at = CASE WHEN attempts >= $5 THEN pg_catalog.clock_timestamp() END,"
 	" available_at = CASE WHEN attempts >= $5 THEN available_at"
-	"   ELSE clock_timestamp() + $4[least(attempts, cardinality($4))] END"
+	"   ELSE pg_catalog.clock_timestamp() + $4[least(attempts, pg_catalog.cardinality($4))] END"
 	" WHERE id = $2 AND claim_token = $1 AND state <> 'dead'"
-	" RETURNING state, attempts, $4[least(attempts, cardinality($4))]",
+	" RETURNING state, attempts, $4[least(attempts, pg_catalog.cardinality($4))]",
 	5, {UUIDOID, INT8OID, TEXTOID, INTERVALARRAYOID, INT4OID}
 };
 
@@ -185,11 +185,11 @@ static IdemStatement nack_event = {
 static IdemStatement prune_archive = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT id FROM @extschema@.idem_outbox_archive"
-	"   WHERE published_at < clock_timestamp() - $2"
+	"   WHERE published_at < pg_catalog.clock_timestamp() - $2"
 	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	" DELETE FROM @extschema@.idem_outbox_archive a"
 	"  WHERE a.id = ANY (ARRAY(SELECT id FROM batch))"
-	"    AND a.published_at < clock_timestamp() - $2",
+	"    AND a.published_at < pg_catalog.clock_timestamp() - $2",
 	2, {INT4OID, INTERVALOID}
 };
 
@@ -198,12 +198,12 @@ static IdemStatement prune_queue = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT id FROM @extschema@.idem_outbox_queue"
 	"   WHERE state IN ('published', 'dead')"
-	"     AND coalesce(published_at, dead_at) < clock_timestamp() - $2"
+	"     AND coalesce(published_at, dead_at) < pg_catalog.clock_timestamp() - $2"
 	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	" DELETE FROM @extschema@.idem_outbox_queue o"
 	"  WHERE o.id = ANY (ARRAY(SELECT id FROM batch))"
 	"    AND o.state IN ('published', 'dead')"
-	"    AND coalesce(o.published_at, o.dead_at) < clock_timestamp() - $2",
+	"    AND coalesce(o.published_at, o.dead_at) < pg_catalog.clock_timestamp() - $2",
 	2, {INT4OID, INTERVALOID}
 };
 

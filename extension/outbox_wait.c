@@ -48,9 +48,9 @@ PG_FUNCTION_INFO_V1(idem_outbox_view_write);
 static IdemStatement probe_work = {
 	"SELECT EXISTS (SELECT 1 FROM @extschema@.idem_outbox_queue o"
 	"                WHERE o.scope = ANY (ARRAY[$1, '']) AND " OUTBOX_CLAIMABLE("o", "$2") "),"
-	" least((SELECT min(available_at) FROM @extschema@.idem_outbox_queue"
+	" least((SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
 	"         WHERE scope = $1 AND state = 'pending' AND available_at > $2),"
-	"       (SELECT min(available_at) FROM @extschema@.idem_outbox_queue"
+	"       (SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
 	"         WHERE scope = '' AND state = 'pending' AND available_at > $2))",
 	2, {TEXTOID, TIMESTAMPTZOID}
 };
@@ -60,11 +60,11 @@ static IdemStatement probe_work = {
  * topic and state; no payload, no key.
  */
 static IdemStatement backlog = {
-	"SELECT topic, s.state, count(*), min(created_at), min(available_at)"
+	"SELECT topic, s.state, pg_catalog.count(*), pg_catalog.min(created_at), pg_catalog.min(available_at)"
 	"  FROM @extschema@.idem_outbox_queue o,"
 	"       LATERAL (SELECT CASE"
 	"         WHEN o.state = 'dead' THEN 'dead'"
-	"         WHEN o.available_at <= clock_timestamp() THEN 'ready'"
+	"         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN 'ready'"
 	"         WHEN o.claim_token IS NOT NULL THEN 'leased'"
 	"         ELSE 'delayed' END AS state) s"
 	" WHERE o.scope = ANY (ARRAY[$1, '']) AND o.state IN ('pending', 'dead')"
