@@ -16,7 +16,9 @@
 #
 # Cells (events per second; 4 clients unless said): stage 1 per transaction,
 # stage 100 per transaction, claim+ack 1, claim+ack 100 (from a seeded
-# backlog), 2 producers + 2 drainers (batch 10) from an empty queue.  Then
+# backlog), 2 producers + 2 drainers (batch 10) from an empty queue, and
+# claim+ack 1 and 100 by one drainer without commit flushes (what the
+# statements cost, the disk left out).  Then
 # one client's whole life of EVENTS events (staged by 100, drained by 100):
 # WAL per event (stage to ack, and the drain alone), and the size of the
 # queue (and archive) after a VACUUM.
@@ -109,6 +111,8 @@ run_cell() {   # ROUND CELL VARIANT
     case $cell in
         drain1) rows=$((10000 * SECS)); counted=del ;;
         drain100) rows=$((80000 * SECS)); counted=del ;;
+        solo1) rows=$((10000 * SECS)); counted=del ;;
+        solo100) rows=$((200000 * SECS)); counted=del ;;
         mixed) counted=del ;;
     esac
     reset_variant "$v" "$rows" >/dev/null
@@ -124,6 +128,10 @@ run_cell() {   # ROUND CELL VARIANT
         drain1|drain100)
             PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -T "$SECS" -c 4 -j 2 \
                 -D batch="${cell#drain}" -f "$(script_of drain "$v")" >"$WORK/pgbench.out" 2>&1 ;;
+        solo1|solo100)
+            PGOPTIONS="-c synchronous_commit=off $(options_of "$v")" client pgbench -n -M prepared \
+                -T "$SECS" -c 1 -D batch="${cell#solo}" -f "$(script_of drain "$v")" \
+                >"$WORK/pgbench.out" 2>&1 ;;
         mixed)
             PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -T "$SECS" -c 2 -j 1 \
                 -f "$(script_of stage1 "$v")" >"$WORK/pgbench-p.out" 2>&1 &
@@ -143,7 +151,7 @@ run_cell() {   # ROUND CELL VARIANT
     printf '  %-9s %-15s %9.0f events/s\n' "$cell" "$v" "$(echo "scale=1; $events / $SECS" | bc)"
 }
 
-CELLS="stage1 stage100 drain1 drain100 mixed"
+CELLS="stage1 stage100 drain1 drain100 mixed solo1 solo100"
 say "outbox cells: $ROUNDS rounds x ${SECS}s, variants rotated"
 for round in $(seq 1 "$ROUNDS"); do
     for cell in $CELLS; do

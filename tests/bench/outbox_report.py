@@ -13,6 +13,8 @@ CELLS = [
     ("drain1", "claim + ack, batch 1 (4 drainers, seeded backlog)"),
     ("drain100", "claim + ack, batch 100 (4 drainers, seeded backlog)"),
     ("mixed", "2 producers (1/txn) + 2 drainers (batch 10), from empty: consumed"),
+    ("solo1", "claim + ack, batch 1, 1 drainer, synchronous_commit = off"),
+    ("solo100", "claim + ack, batch 100, 1 drainer, synchronous_commit = off"),
 ]
 VARIANTS = ["pg_idem", "pg_idem_noarch", "floor", "pgmq"]
 LABEL = {"pg_idem": "pg_idem (archive)", "pg_idem_noarch": "pg_idem (no archive)",
