@@ -110,7 +110,7 @@ run_cell() {   # ROUND CELL VARIANT
     table=$(table_of "$v")
     case $cell in
         drain1) rows=$((10000 * SECS)); counted=del ;;
-        drain100) rows=$((80000 * SECS)); counted=del ;;
+        drain100) rows=$((250000 * SECS)); counted=del ;;
         solo1) rows=$((10000 * SECS)); counted=del ;;
         solo100) rows=$((200000 * SECS)); counted=del ;;
         mixed) counted=del ;;
