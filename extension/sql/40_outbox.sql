@@ -1,11 +1,21 @@
 -- The transactional outbox: events staged in the caller's transaction and
 -- published by drainers that claim them in batches under a fenced lease.
+--
+-- Three relations:
+--  * idem_outbox_queue, the hot table: events waiting, leased, backing off
+--    or dead.  Small whatever the history: an ack moves the event out.
+--  * idem_outbox_archive: published events, kept for idem.outbox_retention
+--    (insert-only; the ack's DELETE + INSERT never rewrites a queue row's
+--    index entries, and vacuum of the queue stays cheap).  With
+--    idem.outbox_archive = off an ack deletes the event outright.
+--  * idem_outbox, a view of both with 0.2.0's columns (plus scope), which
+--    admins read and tests may edit by hand (INSTEAD OF triggers).
 
 -- An event's id orders it: per-key order is id order.  An explicit
 -- sequence (not an identity) so that pg_dump keeps its position.
 CREATE SEQUENCE idem_outbox_id_seq AS bigint;
 
-CREATE TABLE idem_outbox (
+CREATE TABLE idem_outbox_queue (
     id            bigint      NOT NULL DEFAULT nextval('idem_outbox_id_seq'),
     topic         text        NOT NULL,
     message_key   text,
@@ -21,37 +31,88 @@ CREATE TABLE idem_outbox (
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     published_at  timestamptz,
     dead_at       timestamptz,
-    CONSTRAINT idem_outbox_pkey PRIMARY KEY (id),
-    CONSTRAINT idem_outbox_state CHECK (state IN ('pending', 'published', 'dead')),
-    CONSTRAINT idem_outbox_one_payload CHECK ((payload IS NULL) <> (payload_bytes IS NULL)),
-    CONSTRAINT idem_outbox_key_hashed
-        CHECK ((message_key IS NULL) = (key_hash IS NULL)
-               AND (key_hash IS NULL OR octet_length(key_hash) = 32)),
-    CONSTRAINT idem_outbox_topic_length CHECK (octet_length(topic) BETWEEN 1 AND 255),
-    CONSTRAINT idem_outbox_attempts CHECK (attempts >= 0),
-    CONSTRAINT idem_outbox_published_at CHECK ((state = 'published') = (published_at IS NOT NULL)),
-    CONSTRAINT idem_outbox_dead_at CHECK ((state = 'dead') = (dead_at IS NOT NULL))
+    scope         text        NOT NULL DEFAULT '',
+    CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
 );
-ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox.id;
+-- No CHECK constraints: PostgreSQL rebuilds them from their stored text
+-- in every executor, and every stage is an executor of its own (the seven
+-- of 0.2.0 cost more than half of a stage's CPU).  The functions are the
+-- table's only writers and enforce what they said: topic 1 .. 255 bytes,
+-- exactly one of payload / payload_bytes, key_hash = SHA-256(message_key),
+-- state pending or dead with dead_at set exactly for dead, attempts
+-- counted up from 0.  (Hand edits through idem_outbox are not checked.)
+ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox_queue.id;
 
-COMMENT ON TABLE idem_outbox IS
-    'pg_idem: outbox events; written only through the idem_outbox_* functions';
-COMMENT ON COLUMN idem_outbox.available_at IS
+COMMENT ON TABLE idem_outbox_queue IS
+    'pg_idem: outbox events not yet published (and dead ones); written only through the idem_outbox_* functions';
+COMMENT ON COLUMN idem_outbox_queue.available_at IS
     'when the event can next be claimed: staging delay, nack backoff, or the end of the current lease';
-COMMENT ON COLUMN idem_outbox.attempts IS
+COMMENT ON COLUMN idem_outbox_queue.attempts IS
     'publish attempts so far, counted when a drainer claims the event';
-COMMENT ON COLUMN idem_outbox.key_hash IS
+COMMENT ON COLUMN idem_outbox_queue.key_hash IS
     'SHA-256 of message_key: the caller''s string itself is never indexed';
+COMMENT ON COLUMN idem_outbox_queue.scope IS
+    'the stager''s scope (role); '''' for events staged before 0.3.0, which every scope''s drainers may claim';
 
--- What a claim scans: pending events in the order they become claimable.
-CREATE INDEX idem_outbox_claimable ON idem_outbox (available_at, id)
+-- What a claim scans: one scope's pending events in the order they become
+-- claimable.
+CREATE INDEX idem_outbox_claimable ON idem_outbox_queue (scope, available_at, id)
     WHERE state = 'pending';
 -- The per-key order probe: is an earlier event of this key still pending?
-CREATE INDEX idem_outbox_key_order ON idem_outbox (key_hash, id)
+CREATE INDEX idem_outbox_key_order ON idem_outbox_queue (key_hash, id)
     WHERE state = 'pending' AND key_hash IS NOT NULL;
 
-SELECT pg_catalog.pg_extension_config_dump('idem_outbox', '');
+CREATE TABLE idem_outbox_archive (
+    id            bigint      NOT NULL,
+    topic         text        NOT NULL,
+    message_key   text,
+    key_hash      bytea,
+    payload       jsonb,
+    payload_bytes bytea,
+    headers       jsonb,
+    attempts      integer     NOT NULL,
+    last_error    text,
+    available_at  timestamptz NOT NULL,
+    claim_token   uuid,
+    created_at    timestamptz NOT NULL,
+    published_at  timestamptz NOT NULL,
+    scope         text        NOT NULL,
+    CONSTRAINT idem_outbox_archive_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE idem_outbox_archive IS
+    'pg_idem: published outbox events, kept for idem.outbox_retention (insert-only)';
+-- (No state column: every row is published, which lets a query of
+-- idem_outbox for another state skip the archive.)
+-- The prune's range scan: rows arrive in published_at order.
+CREATE INDEX idem_outbox_archive_published_at ON idem_outbox_archive
+    USING brin (published_at);
+
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox_archive', '');
 SELECT pg_catalog.pg_extension_config_dump('idem_outbox_id_seq', '');
+
+CREATE VIEW idem_outbox AS
+SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
+       attempts, last_error, available_at, claim_token, created_at, published_at,
+       dead_at, scope
+  FROM idem_outbox_queue
+UNION ALL
+SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers,
+       'published'::text, attempts, last_error, available_at, claim_token, created_at,
+       published_at, NULL::timestamptz, scope
+  FROM idem_outbox_archive;
+COMMENT ON VIEW idem_outbox IS
+    'pg_idem: every outbox event, queued or archived (the idem_outbox table of 0.2.0)';
+
+-- Hand edits through the view land where the row is.  The extension never
+-- writes through it; its callers need the privileges on the tables.
+CREATE FUNCTION idem_outbox_view_write()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_outbox_view_write'
+LANGUAGE C;
+
+CREATE TRIGGER idem_outbox_write INSTEAD OF UPDATE OR DELETE ON idem_outbox
+    FOR EACH ROW EXECUTE FUNCTION idem_outbox_view_write();
 
 CREATE FUNCTION idem_outbox_stage(topic text, payload jsonb, key text DEFAULT NULL,
                                   headers jsonb DEFAULT NULL,
@@ -69,7 +130,25 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_outbox_stage_bytes'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_outbox_stage(text, bytea, text, jsonb, interval) IS
+    'deprecated: use idem_outbox_stage_bytes (an untyped or driver-typed payload may pick either overload)';
+
+CREATE FUNCTION idem_outbox_stage_bytes(topic text, payload bytea, key text DEFAULT NULL,
+                                        headers jsonb DEFAULT NULL,
+                                        delay interval DEFAULT '0')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_stage_bytes'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_stage_bytes(text, bytea, text, jsonb, interval) IS
     'stage an event with a binary payload in the caller''s transaction; returns its id';
+
+CREATE FUNCTION idem_outbox_stage_batch(topic text, payloads jsonb[], keys text[] DEFAULT NULL,
+                                        headers jsonb[] DEFAULT NULL,
+                                        delay interval DEFAULT '0')
+RETURNS SETOF bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_stage_batch'
+LANGUAGE C VOLATILE ROWS 100;
+COMMENT ON FUNCTION idem_outbox_stage_batch(text, jsonb[], text[], jsonb[], interval) IS
+    'stage one event per payload in one INSERT, in array order; returns their ids in that order';
 
 CREATE FUNCTION idem_outbox_claim(batch integer, lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, topic text, key text, payload jsonb, payload_bytes bytea,
@@ -78,14 +157,14 @@ RETURNS TABLE (id bigint, topic text, key text, payload jsonb, payload_bytes byt
 AS 'MODULE_PATHNAME', 'idem_outbox_claim'
 LANGUAGE C VOLATILE ROWS 100;
 COMMENT ON FUNCTION idem_outbox_claim(integer, interval) IS
-    'lease at most batch claimable events to a fresh claim token (run in its own transaction)';
+    'lease at most batch claimable events of the caller''s scope to a fresh claim token (run in its own transaction)';
 
 CREATE FUNCTION idem_outbox_ack(token uuid, ids bigint[])
 RETURNS integer
 AS 'MODULE_PATHNAME', 'idem_outbox_ack'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_outbox_ack(uuid, bigint[]) IS
-    'mark published the events among ids that the claim still holds; returns how many';
+    'publish the events among ids that the claim still holds (archived, or deleted); returns how many';
 
 CREATE TYPE idem_outbox_nack_result AS (
     outcome     text,
@@ -112,4 +191,13 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_outbox_wait'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_outbox_wait(interval) IS
-    'true as soon as an event is claimable, false after timeout (adaptive poll, no NOTIFY)';
+    'true as soon as an event of the caller''s scope is claimable, false after timeout (woken by the stage''s commit)';
+
+CREATE FUNCTION idem_outbox_backlog(OUT topic text, OUT state text, OUT events bigint,
+                                    OUT oldest_created_at timestamptz,
+                                    OUT next_available_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_outbox_backlog'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_outbox_backlog() IS
+    'the caller''s unpublished events by topic and state (ready, leased, delayed, dead), no payloads';

@@ -29,6 +29,8 @@ DECLARE
         'idem_finalize', 'idem_release', 'idem_fail',
         'idem_outbox_stage', 'idem_outbox_claim', 'idem_outbox_ack',
         'idem_outbox_nack', 'idem_outbox_wait',
+        'idem_outbox_stage_bytes', 'idem_outbox_stage_batch', 'idem_outbox_backlog',
+        'idem_outbox_stage_bytes', 'idem_outbox_stage_batch', 'idem_outbox_backlog',
         'idem_inbox_begin', 'idem_inbox_done', 'idem_inbox_fail',
         'idem_attempt_open', 'idem_attempt_object_key', 'idem_attempt_store',
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',

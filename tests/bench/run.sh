@@ -169,7 +169,7 @@ add_cell() {   # GROUP VARIANT SCENARIO CLIENTS SYNC RESET ROWS [ARGS [BEFORE [A
         # pg_idem with its in-transaction trigger disabled: what the trigger costs.
         pg_idem_notrig) script=${3%%[0-9]*}-pg_idem ;;
     esac
-    case $3 in outbox*) table=idem_outbox ;; esac
+    case $3 in outbox*) table=idem_outbox_queue ;; esac
     # The bare SELECT of a replay reads the very rows pg_idem replays.
     [ "$3" = replay ] && [ "$2" = floor ] && table=idem_keys
     CELLS+=("$1|$2|$3|$4|$5|$script|$table|$6|$7|${8:-}|${9:-}|${10:-}")
@@ -390,3 +390,9 @@ stop_cluster
 
 say "report"
 python3 "$BENCH/report.py" "$WORK" "$RESULTS" "$BENCH/plots"
+
+# The outbox against a bare queue floor (and pgmq when PGMQ_SQL names its
+# SQL file), on a cluster of its own: results/outbox.md.
+if [ "$HAVE_OUTBOX" = t ]; then
+    bash "$BENCH/outbox.sh" "$MODE"
+fi

@@ -164,6 +164,9 @@ RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('TRUNCATE %s', tbl);
+    IF tbl = 'idem_outbox_queue'::regclass THEN
+        TRUNCATE idem_outbox_archive;
+    END IF;
     IF kind = 'completed' THEN
         EXECUTE format($f$
             INSERT INTO %s (cache_key, state, request_hash, claim_id, generation,
@@ -184,9 +187,9 @@ BEGIN
     ELSIF kind = 'outbox' THEN
         -- n pending events, exactly as idem_outbox_stage writes them (its
         -- per-row cost would make seeding a drain run slower than the run).
-        INSERT INTO idem_outbox (topic, message_key, key_hash, payload, available_at)
+        INSERT INTO idem_outbox_queue (topic, message_key, key_hash, payload, available_at, scope)
         SELECT 'orders', 'order-' || i, sha256(('order-' || i)::bytea),
-               '{"id": 42, "status": "created"}', clock_timestamp()
+               '{"id": 42, "status": "created"}', clock_timestamp(), current_user
           FROM generate_series(1, n) i;
     END IF;
 END

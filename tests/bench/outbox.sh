@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# make bench's outbox section (issue 13): pg_idem's outbox against a bare
+# queue floor with pgmq's shape, in one run, interleaved, on a throwaway
+# cluster of its own; writes tests/bench/results/outbox.md (and raw CSV).
+#
+#   bash tests/bench/outbox.sh [quick|full]     (make bench runs it too)
+#
+# Variants, every one on one table (tests/bench/outbox/*.sql):
+#   pg_idem         idem_outbox_stage / _stage_batch, idem_outbox_claim + _ack
+#                   (published events archived: idem.outbox_archive = on)
+#   pg_idem_noarch  the same with idem.outbox_archive = off (no retention)
+#   floor           plain SQL with pgmq's shape: INSERT; SELECT ... FOR UPDATE
+#                   SKIP LOCKED + UPDATE of a visibility time; DELETE
+#   pgmq            pgmq itself (send, send_batch, read, delete), only when
+#                   PGMQ_SQL names pgmq's SQL file (pgmq-extension/sql/pgmq.sql)
+#
+# Cells (events per second; 4 clients unless said): stage 1 per transaction,
+# stage 100 per transaction, claim+ack 1, claim+ack 100 (from a seeded
+# backlog), 2 producers + 2 drainers (batch 10) from an empty queue, and
+# claim+ack 1 and 100 by one drainer without commit flushes (what the
+# statements cost, the disk left out).  Then
+# one client's whole life of EVENTS events (staged by 100, drained by 100):
+# WAL per event (stage to ack, and the drain alone), and the size of the
+# queue (and archive) after a VACUUM.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BENCH=$ROOT/tests/bench
+RESULTS=$BENCH/results
+. "$ROOT/tests/lib.sh"
+
+MODE=${1:-quick}
+case $MODE in
+    quick) ROUNDS=${OUTBOX_ROUNDS:-2} SECS=${OUTBOX_SECS:-2} EVENTS=20000 ;;
+    full)  ROUNDS=3 SECS=10 EVENTS=100000 ;;
+    *) echo "usage: $0 [quick|full]" >&2; exit 2 ;;
+esac
+
+CLUSTER_CONF="shared_preload_libraries = 'pg_idem'
+fsync = on
+synchronous_commit = on
+shared_buffers = 256MB
+max_wal_size = 8GB
+checkpoint_timeout = 1h
+autovacuum = off
+idem.cleanup_worker = off
+jit = off"
+
+PGHOST=${PGHOST:-} PGPORT=${PGPORT:-} PGUSER=${PGUSER:-} PGDATABASE=${PGDATABASE:-}
+client() { PATH="$PG_BIN:$PATH" "$@"; }
+q() { client psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+
+make_workdir bench-outbox
+build_and_install_extension "$ROOT"
+start_cluster "$CLUSTER_CONF"
+SCRIPTS=$BENCH/outbox
+OUT=$WORK/outbox.csv
+echo "round,cell,variant,events,seconds,events_per_s,load" >"$OUT"
+
+VARIANTS="pg_idem pg_idem_noarch floor"
+q -c "CREATE EXTENSION pg_idem" -c "CREATE SCHEMA floor" -c "
+CREATE TABLE floor.q (
+    msg_id      bigint PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
+    read_ct     integer NOT NULL DEFAULT 0,
+    enqueued_at timestamptz NOT NULL DEFAULT now(),
+    vt          timestamptz NOT NULL,
+    message     jsonb)" -c "CREATE INDEX ON floor.q (vt)"
+if [ -n "${PGMQ_SQL:-}" ] && [ -f "$PGMQ_SQL" ]; then
+    q -f "$PGMQ_SQL" >/dev/null && q -c "SELECT pgmq.create('bench')" >/dev/null &&
+        VARIANTS="$VARIANTS pgmq"
+    # PGMQ_VERSION: what the results page names (pgmq's control file, when beside it).
+    PGMQ_VERSION=${PGMQ_VERSION:-$(sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" \
+        "$(dirname "$PGMQ_SQL")/../pgmq.control" 2>/dev/null || true)}
+fi
+echo "variants: $VARIANTS"
+
+table_of() {
+    case $1 in
+        pg_idem*) echo idem_outbox_queue ;;
+        floor) echo floor.q ;;
+        pgmq) echo pgmq.q_bench ;;
+    esac
+}
+script_of() { echo "$SCRIPTS/$1-${2%_noarch}.sql"; }
+options_of() { [ "$1" = pg_idem_noarch ] && echo "-c idem.outbox_archive=off" || true; }
+
+# Empty a variant's tables; seed N claimable events.
+reset_variant() {   # VARIANT ROWS
+    local payload
+    payload=$(sed -n "s/.*'\({.*}\)'::jsonb.*/\1/p" "$SCRIPTS/stage1-floor.sql")
+    case $1 in
+        pg_idem*) q -c "TRUNCATE idem_outbox_queue, idem_outbox_archive" \
+                    -c "INSERT INTO idem_outbox_queue (topic, payload, available_at, scope)
+                        SELECT 'orders', '$payload', clock_timestamp(), current_user
+                          FROM generate_series(1, $2)" ;;
+        floor) q -c "TRUNCATE floor.q" \
+                 -c "INSERT INTO floor.q (vt, message) SELECT clock_timestamp(), '$payload'
+                       FROM generate_series(1, $2)" ;;
+        pgmq) q -c "TRUNCATE pgmq.q_bench, pgmq.a_bench" \
+                -c "INSERT INTO pgmq.q_bench (vt, message) SELECT clock_timestamp(), '$payload'
+                      FROM generate_series(1, $2)" ;;
+    esac
+    q -c "VACUUM ANALYZE $(table_of "$1")"
+}
+counter() { q -c "SELECT n_tup_$2 FROM pg_stat_user_tables WHERE relid = '$1'::regclass"; }
+
+# One cell of one variant: events/s from the table's insert or delete count.
+run_cell() {   # ROUND CELL VARIANT
+    local round=$1 cell=$2 v=$3 table rows=0 counted=ins before after t0 t1 events load
+    table=$(table_of "$v")
+    case $cell in
+        drain1) rows=$((10000 * SECS)); counted=del ;;
+        drain100) rows=$((250000 * SECS)); counted=del ;;
+        solo1) rows=$((10000 * SECS)); counted=del ;;
+        solo100) rows=$((200000 * SECS)); counted=del ;;
+        mixed) counted=del ;;
+    esac
+    reset_variant "$v" "$rows" >/dev/null
+    q -c "SELECT pg_stat_force_next_flush()" >/dev/null
+    sleep 0.2
+    before=$(counter "$table" "$counted")
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    t0=$(date +%s.%N)
+    case $cell in
+        stage1|stage100)
+            PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -T "$SECS" -c 4 -j 2 \
+                -f "$(script_of "$cell" "$v")" >"$WORK/pgbench.out" 2>&1 ;;
+        drain1|drain100)
+            PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -T "$SECS" -c 4 -j 2 \
+                -D batch="${cell#drain}" -f "$(script_of drain "$v")" >"$WORK/pgbench.out" 2>&1 ;;
+        solo1|solo100)
+            PGOPTIONS="-c synchronous_commit=off $(options_of "$v")" client pgbench -n -M prepared \
+                -T "$SECS" -c 1 -D batch="${cell#solo}" -f "$(script_of drain "$v")" \
+                >"$WORK/pgbench.out" 2>&1 ;;
+        mixed)
+            PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -T "$SECS" -c 2 -j 1 \
+                -f "$(script_of stage1 "$v")" >"$WORK/pgbench-p.out" 2>&1 &
+            PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -T "$SECS" -c 2 -j 1 \
+                -D batch=10 -f "$(script_of drain "$v")" >"$WORK/pgbench.out" 2>&1
+            wait ;;
+    esac
+    t1=$(date +%s.%N)
+    grep -q "number of failed transactions: 0" "$WORK/pgbench.out" ||
+        { cat "$WORK/pgbench.out"; echo "pgbench failed: $cell $v" >&2; exit 1; }
+    # Backends flush their table statistics when they exit.
+    sleep 0.5
+    q -c "SELECT pg_stat_force_next_flush()" >/dev/null
+    after=$(counter "$table" "$counted")
+    events=$((after - before))
+    echo "$round,$cell,$v,$events,$SECS,$(echo "scale=1; $events / $SECS" | bc),$load" >>"$OUT"
+    printf '  %-9s %-15s %9.0f events/s\n' "$cell" "$v" "$(echo "scale=1; $events / $SECS" | bc)"
+}
+
+CELLS="stage1 stage100 drain1 drain100 mixed solo1 solo100"
+say "outbox cells: $ROUNDS rounds x ${SECS}s, variants rotated"
+for round in $(seq 1 "$ROUNDS"); do
+    for cell in $CELLS; do
+        set -- $VARIANTS
+        n=$#
+        vs=($VARIANTS)
+        for k in $(seq 0 $((n - 1))); do
+            run_cell "$round" "$cell" "${vs[$(((k + round - 1) % n))]}"
+        done
+    done
+done
+
+# One client's whole life of EVENTS events per variant: WAL and size.
+LIFE=$WORK/life.csv
+echo "variant,events,wal_total,wal_drain,queue_bytes,archive_bytes" >"$LIFE"
+say "life of $EVENTS events: WAL per event, size after consuming and VACUUM"
+for v in $VARIANTS; do
+    reset_variant "$v" 0 >/dev/null
+    q -c "CHECKPOINT"
+    l0=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+    PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -c 1 -t $((EVENTS / 100)) \
+        -f "$(script_of stage100 "$v")" >/dev/null
+    l1=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+    PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -c 1 -t $((EVENTS / 100)) \
+        -D batch=100 -f "$(script_of drain "$v")" >/dev/null
+    l2=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+    left=$(q -c "SELECT count(*) FROM $(table_of "$v")")
+    [ "$left" = 0 ] || echo "warning: $v left $left events" >&2
+    q -c "VACUUM $(table_of "$v")"
+    case $v in
+        pg_idem*) q -c "VACUUM idem_outbox_archive"
+                  arch=$(q -c "SELECT pg_total_relation_size('idem_outbox_archive')") ;;
+        pgmq) arch=$(q -c "SELECT pg_total_relation_size('pgmq.a_bench')") ;;
+        *) arch=0 ;;
+    esac
+    qsize=$(q -c "SELECT pg_total_relation_size('$(table_of "$v")')")
+    echo "$v,$EVENTS,$((${l2%.*} - ${l0%.*})),$((${l2%.*} - ${l1%.*})),$qsize,$arch" >>"$LIFE"
+    echo "  $v: $(( (${l2%.*} - ${l0%.*}) / EVENTS )) B WAL per event, queue $qsize B, archive $arch B"
+done
+
+{
+    echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "mode=$MODE"
+    echo "rounds=$ROUNDS"
+    echo "secs=$SECS"
+    echo "events=$EVENTS"
+    echo "nproc=$(nproc)"
+    echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "postgres=$(q -c 'SELECT version()')"
+    echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "pgmq=${PGMQ_VERSION:-not run}"
+} >"$WORK/machine.txt"
+stop_cluster
+mkdir -p "$RESULTS/raw"
+cp "$OUT" "$RESULTS/raw/outbox.csv"
+cp "$LIFE" "$RESULTS/raw/outbox_life.csv"
+python3 "$BENCH/outbox_report.py" "$OUT" "$LIFE" "$WORK/machine.txt" >"$RESULTS/outbox.md"
+cat "$RESULTS/outbox.md"

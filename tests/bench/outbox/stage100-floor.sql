@@ -1,0 +1,1 @@
+INSERT INTO floor.q (vt, message) SELECT clock_timestamp(), '{"order_id": 123456789, "customer_id": 987654, "status": "created", "currency": "EUR", "amount_cents": 129900, "items": [{"sku": "SKU-000123", "qty": 2}, {"sku": "SKU-004567", "qty": 1}], "note": "leave at the door"}'::jsonb FROM generate_series(1, 100);

@@ -1,0 +1,1 @@
+SELECT count(*) FROM pgmq.send_batch('bench', array_fill('{"order_id": 123456789, "customer_id": 987654, "status": "created", "currency": "EUR", "amount_cents": 129900, "items": [{"sku": "SKU-000123", "qty": 2}, {"sku": "SKU-004567", "qty": 1}], "note": "leave at the door"}'::jsonb, ARRAY[100]));

@@ -1,0 +1,167 @@
+# The outbox's wait and its claim plans (issues 13 and 14).
+#
+# Part 1, on a server with pg_idem preloaded: idem_outbox_wait is woken by
+# a stage's commit and never before: while the stager holds its commit,
+# the waiter stays asleep (seen in its wait, and still there after more
+# than one of its bounded sleeps); the commit ends the wait with true.
+# The ack of a key's head wakes a waiter for the key's next event.
+# Without the library preloaded the wait polls and still sees the commit.
+#
+# Part 2: the claim is index-driven under every plan at 1 M events: a
+# queue holding 1 M delayed events (and 200 k published ones left in it,
+# as 0.2.0 kept them), claimed under plan_cache_mode = force_generic_plan
+# and force_custom_plan, in a session whose plan was cached while the
+# queue was empty and that sees the queue grow without an ANALYZE, and
+# after an ANALYZE.  auto_explain logs the claim's internal statement:
+# no plan may scan the outbox sequentially.  (On 0.2.0 the generic plan
+# was a hash join over a sequential scan of the whole outbox.)
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use IdemTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = IdemTest::new_node('outbox_wait', "shared_preload_libraries = 'pg_idem'",
+	'autovacuum = off');
+$node->restart;
+
+sub q1 { return $node->safe_psql('postgres', $_[0]); }
+
+# Is a session asleep in idem_outbox_wait right now?
+my $asleep = q{SELECT count(*) > 0 FROM pg_stat_activity
+	WHERE query LIKE 'SELECT idem_outbox_wait(%' AND wait_event = 'Extension'};
+my $running = q{SELECT count(*) FROM pg_stat_activity
+	WHERE query LIKE 'SELECT idem_outbox_wait(%' AND state = 'active'};
+
+### Part 1: woken by the commit, not before.
+
+my $stager = $node->background_psql('postgres');
+my $waiter = $node->background_psql('postgres');
+$stager->query_safe('BEGIN');
+$stager->query_safe(q{SELECT idem_outbox_stage('tap.wait', '{"n": 1}'::jsonb)});
+$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT idem_outbox_wait('60 s') AS woke;\n");
+ok($node->poll_query_until('postgres', $asleep), 'the waiter sleeps while the stage is uncommitted');
+sleep(2);
+is(q1($running), '1', 'and still waits after two seconds (several bounded sleeps)');
+my $committed_at = time();
+$stager->query_safe('COMMIT');
+my $answer = $waiter->query_safe(q{SELECT 'after'});
+my $woke_ms = (time() - $committed_at) * 1000;
+like($answer, qr/^t\nafter$/, 'the commit ends the wait with true');
+note(sprintf('the waiter returned %.1f ms after COMMIT returned', $woke_ms));
+
+# A key's next event becomes work when its head is acked.
+q1(q{DELETE FROM idem_outbox});
+q1(q{SELECT idem_outbox_stage('tap.wait', '{"n": 2}'::jsonb, 'k'),
+            idem_outbox_stage('tap.wait', '{"n": 3}'::jsonb, 'k')});
+my $claim = q1(q{SELECT claim_token || ' ' || id FROM idem_outbox_claim(10)});
+my ($token, $head) = split / /, $claim;
+is(q1(q{SELECT idem_outbox_wait('0')}), 'f', 'the second event waits behind its leased head');
+$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT idem_outbox_wait('60 s') AS woke;\n");
+ok($node->poll_query_until('postgres', $asleep), 'a waiter sleeps');
+is(q1("SELECT idem_outbox_ack('$token', ARRAY[${head}::bigint])"), '1', 'the head is acked');
+like($waiter->query_safe(q{SELECT 'after'}), qr/^t\nafter$/, 'the ack wakes the waiter');
+is(q1(q{SELECT payload->>'n' FROM idem_outbox_claim(10)}), '3', 'the next event of the key is claimable');
+$stager->quit;
+$waiter->quit;
+
+# Not preloaded: the fallback poll still sees the commit.
+q1(q{DELETE FROM idem_outbox});
+$node->append_conf('postgresql.conf', "shared_preload_libraries = ''");
+$node->restart;
+$stager = $node->background_psql('postgres');
+$waiter = $node->background_psql('postgres');
+$stager->query_safe('BEGIN');
+$stager->query_safe(q{SELECT idem_outbox_stage('tap.wait', '{"n": 4}'::jsonb)});
+$waiter->query_until(qr/waiting/, "\\echo waiting\nSELECT idem_outbox_wait('60 s') AS woke;\n");
+ok($node->poll_query_until('postgres', $asleep), 'not preloaded: the waiter polls');
+is(q1($running), '1', 'not preloaded: still waiting before the commit');
+$stager->query_safe('COMMIT');
+like($waiter->query_safe(q{SELECT 'after'}), qr/^t\nafter$/, 'not preloaded: the commit ends the wait');
+$stager->quit;
+$waiter->quit;
+q1(q{DELETE FROM idem_outbox});
+
+### Part 2: claim plans at 1 M events.
+
+$node->append_conf('postgresql.conf', q{
+session_preload_libraries = 'auto_explain'
+auto_explain.log_min_duration = 0
+auto_explain.log_nested_statements = on
+auto_explain.log_level = 'log'
+auto_explain.log_analyze = on
+auto_explain.log_buffers = on
+auto_explain.log_timing = off
+});
+$node->reload;
+
+# The hot table: idem_outbox_queue (0.3.0) or the idem_outbox table (0.2.0).
+my $hot = q1(q{SELECT coalesce(to_regclass('idem_outbox_queue'), to_regclass('idem_outbox'))});
+
+# The claim plans logged since $offset; dies if none was logged.
+sub claim_plans
+{
+	my ($offset) = @_;
+	my $log = slurp_file($node->logfile, $offset);
+	my @plans = grep { /UPDATE .*idem_outbox/s && /SKIP LOCKED/s } split /LOG:  duration: /, $log;
+	die "no claim plan was logged" unless @plans;
+	return @plans;
+}
+
+sub no_seq_scan
+{
+	my ($what, $offset) = @_;
+	my @plans = claim_plans($offset);
+	my @bad = grep { /Seq Scan on idem_outbox/ } @plans;
+	is(scalar(@bad), 0, "$what: no sequential scan of the outbox in " . scalar(@plans) . ' claim plans')
+	  or diag($bad[0]);
+	# Index-driven also means bounded: not a walk through the 1 M delayed
+	# events (which a filter on the time instead of an index bound does).
+	my @long = grep { /Rows Removed by Filter: \d{4,}/ } @plans;
+	is(scalar(@long), 0, "$what: no claim plan filters out thousands of rows")
+	  or diag($long[0]);
+}
+
+# A drainer whose plan is cached while the queue is empty.
+my $drainer = $node->background_psql('postgres');
+$drainer->query_safe(q{SET plan_cache_mode = force_generic_plan});
+$drainer->query_safe(q{SELECT count(*) FROM idem_outbox_claim(100)}) for 1 .. 3;
+
+q1(qq{
+	INSERT INTO $hot (topic, payload, available_at)
+	SELECT 'tap.later', '{"n": 0}', clock_timestamp() + interval '1 day'
+	  FROM generate_series(1, 1000000);
+	INSERT INTO $hot (topic, payload, available_at, state, published_at)
+	SELECT 'tap.history', '{"n": 0}', clock_timestamp(), 'published', clock_timestamp()
+	  FROM generate_series(1, 200000);
+	SELECT idem_outbox_stage('tap.now', jsonb_build_object('n', i)) FROM generate_series(1, 100) i;
+});
+
+my $offset = -s $node->logfile;
+is($drainer->query_safe(q{SELECT count(*) FROM idem_outbox_claim(100)}), '100',
+	'a plan cached on an empty queue claims 100 of 1 M');
+no_seq_scan('generic plan cached before the queue grew', $offset);
+
+q1(qq{ANALYZE $hot});
+for my $mode ('force_generic_plan', 'force_custom_plan')
+{
+	my $s = $node->background_psql('postgres');
+	$s->query_safe("SET plan_cache_mode = $mode");
+	q1(q{SELECT idem_outbox_stage('tap.now', jsonb_build_object('n', i)) FROM generate_series(1, 101) i});
+	$offset = -s $node->logfile;
+	is($s->query_safe(q{SELECT count(*) FROM idem_outbox_claim(1)}), '1', "$mode: batch 1");
+	is($s->query_safe(q{SELECT count(*) FROM idem_outbox_claim(100)}), '100', "$mode: batch 100");
+	is($s->query_safe(q{SELECT count(*) FROM idem_outbox_claim(100)}), '0', "$mode: nothing else is due");
+	no_seq_scan("$mode after ANALYZE", $offset);
+	$s->quit;
+}
+$drainer->quit;
+
+done_testing();
