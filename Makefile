@@ -49,9 +49,10 @@ endef
 $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
 	$(assemble)
 
-# The privileges loop (90_privileges.sql) runs last in every upgrade too:
-# it locks down functions the upgrade created.
-$(UPGRADE): $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/sql/90_privileges.sql
+# Two install pieces run in every upgrade too: the writable-schema warning
+# (00_schema_check.sql) first, and the privileges loop (90_privileges.sql)
+# last, which locks down functions the upgrade created.
+$(UPGRADE): extension/sql/00_schema_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/sql/90_privileges.sql
 	$(assemble)
 
 $(OBJS): $(wildcard extension/*.h)
