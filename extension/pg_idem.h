@@ -121,7 +121,6 @@ typedef struct IdemWaiter
 #define IDEM_WAKE_QUEUE_OUTBOX	1
 
 extern void idem_wakeup_init(void);
-extern bool idem_wake_shared(void);
 extern uint32 idem_wake_channel(const uint8 *digest);
 extern uint32 idem_wake_queue_channel(uint32 queue);
 extern void idem_wake_after_commit(uint32 channel);

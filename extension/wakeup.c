@@ -183,13 +183,6 @@ idem_wake_after_commit(uint32 channel)
 	pending_channels[pending_count++] = channel;
 }
 
-/* Does this server have the shared condition variables (preloaded)? */
-bool
-idem_wake_shared(void)
-{
-	return wake_shared != NULL;
-}
-
 /*
  * Start waiting on channel: call before the first check, so that a
  * broadcast between the check and the sleep is not missed.
