@@ -6,7 +6,7 @@ WITH ins AS (
     INSERT INTO bench.idem_cte
         (cache_key, state, request_hash, claim_id, generation, lease_expires_at, created_at)
     VALUES (sha256(int8send(:k)), 'pending', '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9'::bytea, md5(int8send(:r))::uuid, 1, clock_timestamp() + (30::bigint * interval '1 second'), clock_timestamp())
-    ON CONFLICT (cache_key) DO NOTHING
+    ON CONFLICT (cache_key, scope) DO NOTHING
     RETURNING 'claimed'::text AS how
 ),
 ttl AS (

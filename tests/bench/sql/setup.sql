@@ -50,7 +50,7 @@ BEGIN
             VALUES (p_key, 'pending', p_hash, cid,
                     nextval('bench.plpgsql_generation_seq'),
                     clock_timestamp() + p_lease, clock_timestamp())
-            ON CONFLICT (cache_key) DO NOTHING
+            ON CONFLICT (cache_key, scope) DO NOTHING
             RETURNING 'claimed', t.claim_id, t.generation, t.lease_expires_at
                  INTO r.outcome, r.claim_id, r.generation, r.lease_expires_at;
             IF FOUND THEN
