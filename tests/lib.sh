@@ -169,7 +169,8 @@ demo_storm_sender() {
     bin=$build/examples/demo/idem-demo-storm
     [ -x "$bin" ] && { echo "$bin"; return 0; }
     as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-        -DPG_IDEM_BUILD_TESTS=OFF -DPG_IDEM_BUILD_BENCH=OFF >"$WORK/storm-build.log" 2>&1 &&
+        -DPG_IDEM_BUILD_TESTS=OFF -DPG_IDEM_BUILD_BENCH=OFF -DPG_IDEM_BUILD_EXAMPLES=ON \
+        >"$WORK/storm-build.log" 2>&1 &&
         as_run_user cmake --build "$build" -j2 --target idem-demo-storm >>"$WORK/storm-build.log" 2>&1 ||
         { tail -n 40 "$WORK/storm-build.log" >&2; return 1; }
     echo "$bin"
