@@ -23,7 +23,7 @@ PG_CFLAGS   = -Werror=implicit-function-declaration
 # tests/t/050_upgrade.pl checks that every path ends where a fresh install
 # does.
 MODULEDIR   = extension
-PREVIOUS    = 0.2.0
+PREVIOUS    = 0.3.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
 DATA        = extension/$(EXT).control $(wildcard extension/$(EXT)--*.sql)
 DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADE)

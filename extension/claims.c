@@ -37,18 +37,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "pg_idem.h"
+#include "key_table.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
-#include "utils/resowner.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -80,108 +76,13 @@ enum
 	RESULT_NATTS
 };
 
-/* Columns read by select_key. */
-enum
-{
-	ROW_STATE = 1,
-	ROW_REQUEST_HASH,
-	ROW_LEASE_EXPIRES_AT,
-	ROW_CREATED_AT,
-	ROW_RESPONSE_STATUS,
-	ROW_RESPONSE_HEADERS,
-	ROW_RESPONSE_BODY,
-	ROW_REPLAYABLE,
-	ROW_SCOPE
-};
-
-/* The caller's row of the key, or else a row from before scopes ($2, ''). */
-static IdemStatement select_key = {
-	"SELECT state, request_hash, lease_expires_at, created_at,"
-	" response_status, response_headers, response_body, replayable, scope"
-	" FROM @extschema@.idem_keys"
-	" WHERE cache_key = $1 AND (scope = $2 OR scope = '')"
-	" ORDER BY scope DESC LIMIT 1",
-	2, {BYTEAOID, TEXTOID},
-	"SELECT state, request_hash, lease_expires_at, created_at,"
-	" response_status, response_headers, response_body, replayable, ''::text"
-	" FROM @extschema@.idem_keys WHERE cache_key = $1 AND $2 IS NOT NULL"
-};
-
-/*
- * Parameters of the three claim writes: key, hash, claim_id, lease,
- * in_transaction, sequence, ttl, generation base, scope.
- */
-#define CLAIM_ARGS {BYTEAOID, BYTEAOID, UUIDOID, INTERVALOID, BOOLOID, \
-					REGCLASSOID, INTERVALOID, INT8OID, TEXTOID}
-#define CLAIM_NARGS 9
-
-static IdemStatement insert_claim = {
-	"INSERT INTO @extschema@.idem_keys AS k"
-	" (cache_key, scope, state, request_hash, claim_id, generation,"
-	"  lease_expires_at, created_at, in_transaction)"
-	" VALUES ($1, $9, 'pending', $2, $3, nextval($6) + $8,"
-	"  clock_timestamp() + $4, clock_timestamp(), $5)"
-	" ON CONFLICT (cache_key, scope) DO NOTHING"
-	" RETURNING generation, lease_expires_at",
-	CLAIM_NARGS, CLAIM_ARGS,
-	"INSERT INTO @extschema@.idem_keys AS k"
-	" (cache_key, state, request_hash, claim_id, generation,"
-	"  lease_expires_at, created_at, in_transaction)"
-	" SELECT $1, 'pending', $2, $3, nextval($6) + $8,"
-	"  clock_timestamp() + $4, clock_timestamp(), $5 WHERE $9 IS NOT NULL"
-	" ON CONFLICT (cache_key) DO NOTHING"
-	" RETURNING generation, lease_expires_at"
-};
-
-/* The new owner's row, written by both kinds of recovery. */
-#define RECLAIM_SET \
-	"UPDATE @extschema@.idem_keys SET state = 'pending', request_hash = $2," \
-	" claim_id = $3, generation = nextval($6) + $8," \
-	" lease_expires_at = clock_timestamp() + $4, created_at = clock_timestamp()," \
-	" finished_at = NULL, response_status = NULL, response_headers = NULL," \
-	" response_body = NULL, replayable = true, in_transaction = $5"
-
-/* An abandoned claim or an elapsed cooldown, taken over by the same request. */
-static IdemStatement steal_claim = {
-	RECLAIM_SET
-	" WHERE cache_key = $1 AND scope = $9 AND state IN ('pending', 'failed')"
-	" AND lease_expires_at < clock_timestamp()"
-	" AND (request_hash = $2 OR request_hash IS NULL)"
-	" RETURNING generation, lease_expires_at",
-	CLAIM_NARGS, CLAIM_ARGS,
-	RECLAIM_SET
-	" WHERE cache_key = $1 AND $9 IS NOT NULL AND state IN ('pending', 'failed')"
-	" AND lease_expires_at < clock_timestamp()"
-	" AND (request_hash = $2 OR request_hash IS NULL)"
-	" RETURNING generation, lease_expires_at"
-};
-
-/*
- * A finished key past idem.ttl, reused whatever the request (after_ttl =
- * 'rerun').  Never a pending key: a crashed winner's key is only ever
- * recovered by the same request (steal_claim).
- */
-static IdemStatement recover_ttl_claim = {
-	RECLAIM_SET
-	" WHERE cache_key = $1 AND scope = $9 AND created_at < clock_timestamp() - $7"
-	" AND (state IN ('completed', 'expired')"
-	"      OR (state = 'failed' AND lease_expires_at < clock_timestamp()))"
-	" RETURNING generation, lease_expires_at",
-	CLAIM_NARGS, CLAIM_ARGS,
-	RECLAIM_SET
-	" WHERE cache_key = $1 AND $9 IS NOT NULL AND created_at < clock_timestamp() - $7"
-	" AND (state = 'completed'"
-	"      OR (state = 'failed' AND lease_expires_at < clock_timestamp()))"
-	" RETURNING generation, lease_expires_at"
-};
-
 /* What the row tells a request, before any write. */
 typedef enum Verdict
 {
 	VERDICT_ANSWER,				/* a follower's answer: outcome is set */
 	VERDICT_WAITABLE,			/* in_progress or cooldown: may wait */
-	VERDICT_STEAL,				/* take over with steal_claim */
-	VERDICT_RECOVER_TTL			/* take over with recover_ttl_claim */
+	VERDICT_STEAL,				/* an abandoned claim or a tombstone: take it over */
+	VERDICT_RECOVER_TTL			/* a finished key past idem.ttl: reuse it */
 } Verdict;
 
 /* What a claim found, decided, and will answer. */
@@ -189,14 +90,24 @@ typedef struct ClaimAnswer
 {
 	const char *outcome;
 	pg_uuid_t  *claim_id;		/* winners only */
-	Datum		generation;
-	Datum		lease_expires_at;
+	int64		generation;
+	TimestampTz lease_expires_at;
 	bool		has_lease;		/* lease_expires_at is set */
-	TimestampTz lease_end;		/* waitable rows: when the lease or cooldown ends */
 	int64		retry_after_us; /* < 0: none */
-	HeapTuple	row;			/* the row a follower's answer comes from */
-	TupleDesc	row_desc;
+	bool		has_row;		/* row: what a follower's answer comes from */
+	KeyRow		row;
 } ClaimAnswer;
+
+/* What a winner writes: the claim's parameters. */
+typedef struct ClaimRequest
+{
+	bytea	   *cache_key;
+	bytea	   *request_hash;
+	text	   *scope;
+	Interval   *lease;
+	bool		in_transaction;
+	pg_uuid_t  *claim_id;
+} ClaimRequest;
 
 /* A fresh fencing token: a random (version 4) UUID. */
 static pg_uuid_t *
@@ -214,21 +125,6 @@ new_claim_id(void)
 }
 
 /*
- * The generation sequence of the extension's schema.  Looked up on every
- * claim (one syscache probe): an OID cached per schema would outlive a
- * DROP EXTENSION + CREATE EXTENSION in the same session.
- */
-static Oid
-generation_sequence(Oid namespace)
-{
-	Oid			sequence = get_relname_relid("idem_generation_seq", namespace);
-
-	if (!OidIsValid(sequence))
-		elog(ERROR, "pg_idem sequence idem_generation_seq is missing");
-	return sequence;
-}
-
-/*
  * What is added to the sequence's value to make a generation:
  * (timeline - 1) << 40.  After a promotion the new primary is on a higher
  * timeline, so its generations are above every one the old primary can
@@ -243,10 +139,31 @@ generation_base(void)
 	return tli > 1 ? ((int64) (tli - 1)) << 40 : 0;
 }
 
-static Datum
-row_value(ClaimAnswer *answer, int column, bool *isnull)
+/*
+ * The winner's row: pending under the new claim, its lease starting now,
+ * nothing of an earlier owner's response left.  Written by a new key's
+ * insert and by both kinds of take-over.  The generation is drawn before
+ * the write, as the SQL statements drew nextval() (see idem_release in
+ * fences.c for why the order matters).
+ */
+static void
+own_row(KeyTable *table, KeyRow *row, const ClaimRequest *req)
 {
-	return SPI_getbinval(answer->row, answer->row_desc, column, isnull);
+	TimestampTz now = GetCurrentTimestamp();
+
+	row->state = KEY_PENDING;
+	row->request_hash = req->request_hash;
+	row->claim_id = req->claim_id;
+	row->generation = key_table_next_generation(table) + generation_base();
+	row->has_lease = true;
+	row->lease_expires_at = idem_time_plus(now, req->lease);
+	row->created_at = now;
+	row->has_finished = false;
+	row->has_status = false;
+	row->headers_null = true;
+	row->body_null = true;
+	row->replayable = true;
+	row->in_transaction = req->in_transaction;
 }
 
 /* Microseconds from now until ts, never negative. */
@@ -260,28 +177,13 @@ remaining_us(TimestampTz ts)
 
 /* Does the stored request hash allow this request? (NULL: a legacy row.) */
 static bool
-hash_matches(ClaimAnswer *answer, bytea *request_hash)
+hash_matches(const KeyRow *row, bytea *request_hash)
 {
-	bool		isnull;
-	Datum		stored = row_value(answer, ROW_REQUEST_HASH, &isnull);
-	bytea	   *stored_hash;
-
-	if (isnull)
+	if (row->request_hash == NULL)
 		return true;
-	stored_hash = DatumGetByteaPP(stored);
-	return VARSIZE_ANY_EXHDR(stored_hash) == VARSIZE_ANY_EXHDR(request_hash) &&
-		memcmp(VARDATA_ANY(stored_hash), VARDATA_ANY(request_hash),
+	return VARSIZE_ANY_EXHDR(row->request_hash) == VARSIZE_ANY_EXHDR(request_hash) &&
+		memcmp(VARDATA_ANY(row->request_hash), VARDATA_ANY(request_hash),
 			   VARSIZE_ANY_EXHDR(request_hash)) == 0;
-}
-
-/* Was the row released or evicted (a tombstone: no request hash)? */
-static bool
-is_tombstone(ClaimAnswer *answer)
-{
-	bool		isnull;
-
-	(void) row_value(answer, ROW_REQUEST_HASH, &isnull);
-	return isnull;
 }
 
 /* A finished key past idem.ttl: expired, or reused when after_ttl = 'rerun'. */
@@ -300,33 +202,31 @@ after_ttl(ClaimAnswer *answer)
 /*
  * The decision table: what the row says to this request, without
  * writing.  Sets answer->outcome (for a take-over, the winner's outcome).
+ * A take-over then rewrites exactly the version decided on: if another
+ * session changed the key meanwhile, the write changes nothing and the
+ * claim reads and decides again (key_table_update).
  */
 static Verdict
 decide(ClaimAnswer *answer, bytea *request_hash)
 {
-	bool		isnull;
-	char	   *state = TextDatumGetCString(row_value(answer, ROW_STATE, &isnull));
-	TimestampTz created_at = DatumGetTimestampTz(row_value(answer, ROW_CREATED_AT, &isnull));
-	Datum		lease = row_value(answer, ROW_LEASE_EXPIRES_AT, &isnull);
-	bool		lease_null = isnull;
+	const KeyRow *row = &answer->row;
+	bool		same = hash_matches(row, request_hash);
+	int64		left = row->has_lease ? remaining_us(row->lease_expires_at) : 0;
 	bool		ttl_passed;
-	bool		same = hash_matches(answer, request_hash);
-	int64		left = lease_null ? 0 : remaining_us(DatumGetTimestampTz(lease));
 
-	ttl_passed = GetCurrentTimestamp() - created_at > (int64) idem_ttl_s * USECS_PER_SEC;
+	ttl_passed = GetCurrentTimestamp() - row->created_at > (int64) idem_ttl_s * USECS_PER_SEC;
 
-	if (strcmp(state, "completed") == 0)
+	if (row->state == KEY_COMPLETED)
 	{
 		if (ttl_passed)
 			return after_ttl(answer);
 		if (!same)
 			answer->outcome = "mismatch";
 		else
-			answer->outcome = DatumGetBool(row_value(answer, ROW_REPLAYABLE, &isnull)) ?
-				"replay" : "not_replayable";
+			answer->outcome = row->replayable ? "replay" : "not_replayable";
 		return VERDICT_ANSWER;
 	}
-	if (strcmp(state, "expired") == 0)
+	if (row->state == KEY_EXPIRED)
 		return after_ttl(answer);
 
 	/* pending or failed: a lease or a cooldown, live or over */
@@ -338,9 +238,8 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 			return VERDICT_ANSWER;
 		}
 		answer->has_lease = true;
-		answer->lease_expires_at = lease;
-		answer->lease_end = DatumGetTimestampTz(lease);
-		if (strcmp(state, "pending") == 0)
+		answer->lease_expires_at = row->lease_expires_at;
+		if (row->state == KEY_PENDING)
 		{
 			answer->outcome = "in_progress";
 			answer->retry_after_us = Min(left, IN_PROGRESS_HINT_US);
@@ -354,7 +253,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 	}
 
 	/* Over: a released or evicted key (no hash) is simply claimed. */
-	if (is_tombstone(answer))
+	if (row->request_hash == NULL)
 	{
 		answer->outcome = "claimed";
 		return VERDICT_STEAL;
@@ -364,97 +263,23 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 		answer->outcome = "recovered_abandoned";
 		return VERDICT_STEAL;
 	}
-	if (strcmp(state, "failed") == 0 && ttl_passed)
+	if (row->state == KEY_FAILED && ttl_passed)
 		return after_ttl(answer);
 	answer->outcome = "mismatch";
 	return VERDICT_ANSWER;
 }
 
-/* Fill the winner's part of the answer from a claim write's RETURNING row. */
+/* Fill the winner's part of the answer from the row it wrote. */
 static void
-won(ClaimAnswer *answer, const char *outcome, pg_uuid_t *claim_id)
+won(ClaimAnswer *answer, const char *outcome, const KeyRow *row)
 {
-	bool		isnull;
-
 	answer->outcome = outcome;
-	answer->claim_id = claim_id;
-	answer->generation = SPI_getbinval(SPI_tuptable->vals[0],
-									   SPI_tuptable->tupdesc, 1, &isnull);
-	answer->lease_expires_at = SPI_getbinval(SPI_tuptable->vals[0],
-											 SPI_tuptable->tupdesc, 2, &isnull);
+	answer->claim_id = row->claim_id;
+	answer->generation = row->generation;
+	answer->lease_expires_at = row->lease_expires_at;
 	answer->has_lease = true;
 	answer->retry_after_us = -1;
-	answer->row = NULL;
-}
-
-/*
- * Try to take a key over with a steal or ttl-recovery UPDATE; true when it
- * did, with the RETURNING row in SPI_tuptable.
- *
- * An UPDATE that waited on a concurrent writer locks the newest row version
- * before re-checking its WHERE clause, and keeps that lock when the check
- * fails.  A claimant that lost the race inside a longer transaction would
- * then hold the winner's row until it ends, stalling the winner's renew and
- * finalize.  So the attempt runs in a subtransaction that is rolled back
- * when it changed nothing.  Only this rare path pays for it: new keys and
- * followers never get here.
- *
- * An error in the attempt (lock_timeout, a cancel, a serialization
- * failure) rolls the subtransaction back here before it propagates, as
- * the PLs do: a caller's exception handler (PL/pgSQL EXCEPTION) would
- * otherwise roll back ours instead of its own and leave its own open.
- */
-static bool
-take_over(IdemStatement *stmt, Oid namespace, Datum *values, const char *nulls)
-{
-	MemoryContext context = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	bool		taken = false;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(context);
-
-	PG_TRY();
-	{
-		taken = idem_execute(stmt, namespace, values, nulls, false, 1) == 1;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(context);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	if (taken)
-		ReleaseCurrentSubTransaction();
-	else
-		RollbackAndReleaseCurrentSubTransaction();
-
-	MemoryContextSwitchTo(context);
-	CurrentResourceOwner = owner;
-	return taken;
-}
-
-/* Read the caller's row of the key into answer; false when there is none. */
-static bool
-read_key(Oid namespace, Datum key, Datum scope, bool read_only, ClaimAnswer *answer)
-{
-	Datum		values[2];
-
-	values[0] = key;
-	values[1] = scope;
-	if (idem_execute(&select_key, namespace, values, NULL, read_only, 1) == 0)
-		return false;
-	answer->row = SPI_tuptable->vals[0];
-	answer->row_desc = SPI_tuptable->tupdesc;
-	return true;
+	answer->has_row = false;
 }
 
 /* Start an answer afresh for another read. */
@@ -467,54 +292,44 @@ reset_answer(ClaimAnswer *answer)
 
 /*
  * The claim loop shared by idem_claim and idem_begin: read the key, decide,
- * write with a predicate that re-checks the decision, and read again if a
- * concurrent session changed the key first.  With a wait deadline, an
- * in-progress or cooling-down key is waited for (see the file header).
+ * write the version decided on, and read again if a concurrent session
+ * changed the key first.  With a wait deadline, an in-progress or
+ * cooling-down key is waited for (see the file header).
  */
 static void
-claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
-		  bool in_transaction, TimestampTz deadline, ClaimAnswer *answer)
+claim_key(Oid namespace, const ClaimRequest *req, TimestampTz deadline,
+		  ClaimAnswer *answer)
 {
-	pg_uuid_t  *claim_id = new_claim_id();
-	text	   *scope = idem_current_scope();
-	Datum		values[CLAIM_NARGS];
-	char		nulls[CLAIM_NARGS];
+	KeyTable   *table = key_table_open(namespace, false);
 	int			attempts = 0;
 	IdemWaiter	waiter;
 	bool		waiting = false;
 
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = PointerGetDatum(cache_key);
-	values[1] = PointerGetDatum(request_hash);
-	values[2] = UUIDPGetDatum(claim_id);
-	values[3] = IntervalPGetDatum(lease);
-	values[4] = BoolGetDatum(in_transaction);
-	values[5] = ObjectIdGetDatum(generation_sequence(namespace));
-	values[6] = IntervalPGetDatum(idem_ms_interval((int64) idem_ttl_s * 1000));
-	values[7] = Int64GetDatum(generation_base());
-	values[8] = PointerGetDatum(scope);
-
 	while (attempts < CLAIM_MAX_ATTEMPTS)
 	{
 		Verdict		verdict;
-		bool		isnull;
+		const char *outcome;
+		KeyRow	   *row = &answer->row;
 
 		CHECK_FOR_INTERRUPTS();
 		reset_answer(answer);
 
-		if (!read_key(namespace, values[0], values[8], false, answer))
+		if (!key_table_read(table, req->cache_key, KEY_MATCH_SCOPE, req->scope, true, row))
 		{
-			values[8] = PointerGetDatum(scope);
-			if (idem_execute(&insert_claim, namespace, values, nulls, false, 1) == 1)
+			memset(row, 0, sizeof(*row));
+			row->cache_key = req->cache_key;
+			row->scope = req->scope;
+			own_row(table, row, req);
+			if (key_table_insert(table, row))
 			{
-				won(answer, "claimed", claim_id);
+				won(answer, "claimed", row);
 				break;
 			}
 			attempts++;
 			continue;			/* someone inserted it first: read theirs */
 		}
-
-		verdict = decide(answer, request_hash);
+		answer->has_row = true;
+		verdict = decide(answer, req->request_hash);
 
 		/*
 		 * A request that arrives during a cooldown is answered at once: the
@@ -530,30 +345,28 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 			if (!waiting)
 			{
 				/* Prepare first, then check again: no broadcast is missed. */
-				idem_wake_prepare(&waiter, idem_wake_channel((const uint8 *) VARDATA_ANY(cache_key)));
+				idem_wake_prepare(&waiter, idem_wake_channel((const uint8 *) VARDATA_ANY(req->cache_key)));
 				waiting = true;
 				idem_count(IDEM_STAT_FOLLOWER_WAITS, 1);
 				continue;
 			}
-			SPI_freetuptable(SPI_tuptable);
-			if (idem_wake_sleep(&waiter, Min(deadline, answer->lease_end + USECS_PER_MSEC)))
+			if (idem_wake_sleep(&waiter, Min(deadline, answer->lease_expires_at + USECS_PER_MSEC)))
 				idem_count(IDEM_STAT_FOLLOWER_WAKEUPS, 1);
 			continue;
 		}
 		if (verdict == VERDICT_ANSWER || verdict == VERDICT_WAITABLE)
 			break;
 
-		/* A take-over, of the row we read (the caller's or a legacy one). */
+		/*
+		 * A take-over of the row we read (the caller's, or one from before
+		 * scopes, which keeps its scope).
+		 */
+		outcome = answer->outcome;
+		own_row(table, row, req);
+		if (key_table_update(table, row) == KEY_WRITTEN)
 		{
-			const char *outcome = answer->outcome;
-
-			values[8] = row_value(answer, ROW_SCOPE, &isnull);
-			if (take_over(verdict == VERDICT_RECOVER_TTL ? &recover_ttl_claim : &steal_claim,
-						  namespace, values, nulls))
-			{
-				won(answer, outcome, claim_id);
-				break;
-			}
+			won(answer, outcome, row);
+			break;
 		}
 		/* The key changed between our read and our write: read it again. */
 		attempts++;
@@ -561,6 +374,7 @@ claim_key(Oid namespace, bytea *cache_key, bytea *request_hash, Interval *lease,
 
 	if (waiting)
 		idem_wake_done(&waiter);
+	key_table_close(table);
 	if (attempts >= CLAIM_MAX_ATTEMPTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -595,16 +409,14 @@ count_claim_outcome(const char *outcome)
 			idem_count(counters[i].counter, 1);
 }
 
-/* Build the idem_claim_result row; called inside SPI, allocates in outer. */
+/* Build the idem_claim_result row. */
 static Datum
-claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
+claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer)
 {
 	TupleDesc	tupdesc;
 	Datum		values[RESULT_NATTS];
 	bool		nulls[RESULT_NATTS];
-	MemoryContext old;
-	HeapTuple	tuple;
-	Datum		result;
+	const KeyRow *row = &answer->row;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -616,12 +428,12 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 	if (answer->claim_id != NULL)
 	{
 		values[RESULT_CLAIM_ID] = UUIDPGetDatum(answer->claim_id);
-		values[RESULT_GENERATION] = answer->generation;
+		values[RESULT_GENERATION] = Int64GetDatum(answer->generation);
 		nulls[RESULT_CLAIM_ID] = nulls[RESULT_GENERATION] = false;
 	}
 	if (answer->has_lease)
 	{
-		values[RESULT_LEASE_EXPIRES_AT] = answer->lease_expires_at;
+		values[RESULT_LEASE_EXPIRES_AT] = TimestampTzGetDatum(answer->lease_expires_at);
 		nulls[RESULT_LEASE_EXPIRES_AT] = false;
 	}
 	if (answer->retry_after_us >= 0)
@@ -632,33 +444,27 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer, MemoryContext outer)
 		values[RESULT_RETRY_AFTER] = IntervalPGetDatum(retry_after);
 		nulls[RESULT_RETRY_AFTER] = false;
 	}
-	if (answer->row != NULL &&
+	if (answer->has_row &&
 		(strcmp(answer->outcome, "replay") == 0 ||
 		 strcmp(answer->outcome, "not_replayable") == 0 ||
 		 strcmp(answer->outcome, "expired") == 0))
 	{
-		values[RESULT_RESPONSE_STATUS] =
-			row_value(answer, ROW_RESPONSE_STATUS, &nulls[RESULT_RESPONSE_STATUS]);
+		values[RESULT_RESPONSE_STATUS] = Int32GetDatum(row->response_status);
+		nulls[RESULT_RESPONSE_STATUS] = !row->has_status;
 		if (strcmp(answer->outcome, "expired") != 0)
 		{
-			values[RESULT_RESPONSE_HEADERS] =
-				row_value(answer, ROW_RESPONSE_HEADERS, &nulls[RESULT_RESPONSE_HEADERS]);
-			values[RESULT_RESPONSE_BODY] =
-				row_value(answer, ROW_RESPONSE_BODY, &nulls[RESULT_RESPONSE_BODY]);
+			values[RESULT_RESPONSE_HEADERS] = row->response_headers;
+			nulls[RESULT_RESPONSE_HEADERS] = row->headers_null;
+			values[RESULT_RESPONSE_BODY] = row->response_body;
+			nulls[RESULT_RESPONSE_BODY] = row->body_null;
 		}
 	}
 
 	/*
-	 * heap_form_tuple copies every value, so the SPI memory may go; but a
-	 * response body TOASTed out of line is copied as a TOAST pointer, and
-	 * HeapTupleGetDatum then flattens the row in the current context: both
-	 * must run in the caller's.
+	 * A response body TOASTed out of line is read as a TOAST pointer;
+	 * HeapTupleGetDatum flattens the row, fetching it.
 	 */
-	old = MemoryContextSwitchTo(outer);
-	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls);
-	result = HeapTupleGetDatum(tuple);
-	MemoryContextSwitchTo(old);
-	return result;
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls));
 }
 
 /*
@@ -697,20 +503,21 @@ static Datum
 claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 {
 	Oid			namespace = idem_function_namespace(fcinfo);
-	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
-	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
-	Interval   *lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
-	TimestampTz deadline = wait_deadline(fcinfo, 3);
-	MemoryContext outer = CurrentMemoryContext;
+	ClaimRequest req;
+	TimestampTz deadline;
 	ClaimAnswer answer;
-	Datum		result;
 
-	SPI_connect();
-	claim_key(namespace, cache_key, request_hash, lease, in_transaction, deadline, &answer);
+	req.cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
+	req.request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
+	req.lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
+	deadline = wait_deadline(fcinfo, 3);
+	req.in_transaction = in_transaction;
+	req.scope = idem_current_scope();
+	req.claim_id = new_claim_id();
+
+	claim_key(namespace, &req, deadline, &answer);
 	count_claim_outcome(answer.outcome);
-	result = claim_result(fcinfo, &answer, outer);
-	SPI_finish();
-	return result;
+	return claim_result(fcinfo, &answer);
 }
 
 /*
@@ -747,21 +554,23 @@ idem_lookup(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
-	Datum		scope = PointerGetDatum(idem_current_scope());
-	MemoryContext outer = CurrentMemoryContext;
+	text	   *scope = idem_current_scope();
+	KeyTable   *table;
 	ClaimAnswer answer;
-	Datum		result;
 
 	reset_answer(&answer);
-	SPI_connect();
-	if (!read_key(namespace, PointerGetDatum(cache_key), scope, true, &answer))
+	table = key_table_open(namespace, false);
+	if (!key_table_read(table, cache_key, KEY_MATCH_SCOPE, scope, false, &answer.row))
 		answer.outcome = "absent";
-	else if (decide(&answer, request_hash) >= VERDICT_STEAL)
+	else
 	{
-		answer.outcome = "claimable";
-		answer.has_lease = false;
+		answer.has_row = true;
+		if (decide(&answer, request_hash) >= VERDICT_STEAL)
+		{
+			answer.outcome = "claimable";
+			answer.has_lease = false;
+		}
 	}
-	result = claim_result(fcinfo, &answer, outer);
-	SPI_finish();
-	PG_RETURN_DATUM(result);
+	key_table_close(table);
+	PG_RETURN_DATUM(claim_result(fcinfo, &answer));
 }

@@ -3,11 +3,10 @@
  * fences.c
  *	  The calls of a claim's owner: renew, finalize, release and fail.
  *
- * Every one names the claim_id it got from its claim and writes only
- * WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending': a stale or
- * forged token changes nothing, also when the write waited for a newer
- * owner's (READ COMMITTED re-checks the predicate against the newest row
- * version).  The claim_id is an unguessable token returned only to the
+ * Every one names the claim_id it got from its claim and writes only the
+ * key's row that is pending under that claim_id (KEY_MATCH_OWNER): a stale
+ * or forged token changes nothing, also when the write waited for a newer
+ * owner's (the write then reads the newest version again).  The claim_id is an unguessable token returned only to the
  * winner, so it is the owner's capability: these calls need no scope, and
  * a claim made before an upgrade to scoped keys is still finished by its
  * owner.
@@ -18,9 +17,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "pg_idem.h"
+#include "key_table.h"
 
-#include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/uuid.h"
@@ -30,109 +29,87 @@ PG_FUNCTION_INFO_V1(idem_finalize);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_fail);
 
-static IdemStatement renew_claim = {
-	"UPDATE @extschema@.idem_keys"
-	" SET lease_expires_at = clock_timestamp() + $3"
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'"
-	" RETURNING lease_expires_at",
-	3, {BYTEAOID, UUIDOID, INTERVALOID}
-};
-
-static IdemStatement finalize_claim = {
-	"UPDATE @extschema@.idem_keys"
-	" SET state = 'completed', response_status = $3, response_headers = $4,"
-	" response_body = $5, replayable = $6, finished_at = clock_timestamp(),"
-	" lease_expires_at = NULL"
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
-	6, {BYTEAOID, UUIDOID, INT4OID, JSONBOID, BYTEAOID, BOOLOID}
-};
-
-/*
- * A released key keeps its row, as a tombstone: failed, its cooldown over,
- * with neither hash nor owner, so that any request may claim it at once.
- * Deleting the row would lose the key's place in the generation order: an
- * INSERT ... ON CONFLICT draws nextval() before it checks the key, so a
- * claimant that drew its generation before the release and inserted after
- * it would hand out an older generation than the released claim's.  With
- * the row kept, that claimant conflicts, reads the tombstone and takes it
- * over with a freshly drawn generation.
- */
-static IdemStatement release_claim = {
-	IDEM_TOMBSTONE_SET
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
-	2, {BYTEAOID, UUIDOID}
-};
-
-static IdemStatement fail_claim = {
-	"UPDATE @extschema@.idem_keys"
-	" SET state = 'failed', lease_expires_at = clock_timestamp() + $3,"
-	" finished_at = clock_timestamp()"
-	" WHERE cache_key = $1 AND claim_id = $2 AND state = 'pending'",
-	3, {BYTEAOID, UUIDOID, INTERVALOID}
-};
-
 /* The (cache_key, claim_id) pair every fenced call starts with. */
 static void
-fence_args(FunctionCallInfo fcinfo, Datum *values)
+check_fence_args(FunctionCallInfo fcinfo)
 {
-	values[0] = PointerGetDatum(idem_digest_arg(fcinfo, 0, "cache_key"));
+	(void) idem_digest_arg(fcinfo, 0, "cache_key");
 	idem_require_arg(fcinfo, 1, "claim_id");
-	values[1] = PG_GETARG_DATUM(1);
 }
 
-/* Run one fenced write; the number of rows it changed (0 or 1). */
-static int
-fenced_write(FunctionCallInfo fcinfo, IdemStatement *stmt, Datum *values,
-			 const char *nulls, Datum *returned, bool *returned_null)
-{
-	Oid			namespace = idem_function_namespace(fcinfo);
-	int			n;
+/* How an owner's call changes its row. */
+typedef void (*FenceChange) (KeyRow *row, const void *arg);
 
-	SPI_connect();
-	n = idem_execute(stmt, namespace, values, nulls, false, 1);
-	if (n == 1 && returned != NULL)
-		*returned = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-								  1, returned_null);
-	SPI_finish();
-	return n;
+/*
+ * Run one fenced write: find the key's row pending under claim_id, change
+ * it, write it.  If a concurrent transaction changed the row first (the
+ * owner's own renew from another session, a steal), read it again: the
+ * fence decides on the newest version.  False when no row is owned.
+ */
+static bool
+fenced_write(FunctionCallInfo fcinfo, FenceChange change, const void *arg, KeyRow *row)
+{
+	bytea	   *cache_key = PG_GETARG_BYTEA_PP(0);
+	pg_uuid_t  *claim_id = PG_GETARG_UUID_P(1);
+	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), true);
+	bool		written = false;
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (!key_table_read(table, cache_key, KEY_MATCH_OWNER, claim_id, true, row))
+			break;
+		change(row, arg);
+		if (key_table_update(table, row) == KEY_WRITTEN)
+		{
+			written = true;
+			break;
+		}
+	}
+	key_table_close(table);
+	return written;
 }
 
 /* Wake the key's followers once this transaction commits. */
 static void
-wake_followers(Datum cache_key)
+wake_followers(FunctionCallInfo fcinfo)
 {
-	bytea	   *key = DatumGetByteaPP(cache_key);
+	bytea	   *key = PG_GETARG_BYTEA_PP(0);
 
 	idem_wake_after_commit(idem_wake_channel((const uint8 *) VARDATA_ANY(key)));
 }
 
 /* Count a fenced write: done by the owner, or refused to a non-owner. */
 static bool
-count_fenced(int rows, IdemCounter done)
+count_fenced(bool written, IdemCounter done)
 {
-	idem_count(rows == 1 ? done : IDEM_STAT_LEASE_LOST, 1);
-	return rows == 1;
+	idem_count(written ? done : IDEM_STAT_LEASE_LOST, 1);
+	return written;
+}
+
+/* Renew: the lease runs for lease from now. */
+static void
+renew_change(KeyRow *row, const void *arg)
+{
+	row->lease_expires_at = idem_time_plus(GetCurrentTimestamp(), (Interval *) arg);
 }
 
 /* idem_renew(cache_key, claim_id, lease): new expiry, NULL if not owned. */
 Datum
 idem_renew(PG_FUNCTION_ARGS)
 {
-	Datum		values[3];
-	Datum		expires = (Datum) 0;
-	bool		isnull = true;
+	Interval   *lease;
+	KeyRow		row;
 
-	fence_args(fcinfo, values);
-	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 2, "lease", false,
-													  idem_lease_ms));
-	/* timestamptz is pass-by-value, so it survives SPI_finish. */
-	if (fenced_write(fcinfo, &renew_claim, values, NULL, &expires, &isnull) == 0 || isnull)
+	check_fence_args(fcinfo);
+	lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
+	if (!fenced_write(fcinfo, renew_change, lease, &row))
 	{
 		idem_count(IDEM_STAT_RENEW_LOST, 1);
 		PG_RETURN_NULL();
 	}
 	idem_count(IDEM_STAT_RENEWED, 1);
-	PG_RETURN_DATUM(expires);
+	PG_RETURN_TIMESTAMPTZ(row.lease_expires_at);
 }
 
 /* Raise IL001: a strict caller's claim was stolen, finished or released. */
@@ -174,6 +151,33 @@ check_headers(Jsonb *headers)
 	}
 }
 
+/* What a finalize stores. */
+typedef struct Response
+{
+	int32		status;
+	Datum		headers;		/* (Datum) 0: none */
+	Datum		body;			/* (Datum) 0: too large to replay */
+} Response;
+
+/* Finalize: completed, with the response, the lease gone. */
+static void
+finalize_change(KeyRow *row, const void *arg)
+{
+	const Response *response = arg;
+
+	row->state = KEY_COMPLETED;
+	row->has_status = true;
+	row->response_status = response->status;
+	row->headers_null = response->headers == (Datum) 0;
+	row->response_headers = response->headers;
+	row->body_null = response->body == (Datum) 0;
+	row->response_body = response->body;
+	row->replayable = !row->body_null;
+	row->has_finished = true;
+	row->finished_at = GetCurrentTimestamp();
+	row->has_lease = false;
+}
+
 /*
  * idem_finalize(cache_key, claim_id, status, headers, body, strict): store
  * the response of an owned claim.  False when not owned, or IL001 with
@@ -183,31 +187,26 @@ check_headers(Jsonb *headers)
 Datum
 idem_finalize(PG_FUNCTION_ARGS)
 {
-	Datum		values[6];
-	char		nulls[6];
-	int32		status;
+	Response	response;
 	bool		strict;
-	bool		replayable = true;
+	KeyRow		row;
 
-	memset(nulls, ' ', sizeof(nulls));
-	fence_args(fcinfo, values);
+	check_fence_args(fcinfo);
 	idem_require_arg(fcinfo, 2, "status");
-	status = PG_GETARG_INT32(2);
-	if (status < 100 || status > 599)
+	response.status = PG_GETARG_INT32(2);
+	if (response.status < 100 || response.status > 599)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("status must be an HTTP status code between 100 and 599"),
-				 errdetail("The status given is %d.", status)));
+				 errdetail("The status given is %d.", response.status)));
 	idem_require_arg(fcinfo, 5, "strict");
 	strict = PG_GETARG_BOOL(5);
-	values[2] = Int32GetDatum(status);
 
-	if (PG_ARGISNULL(3))
-		nulls[3] = 'n';
-	else
+	response.headers = (Datum) 0;
+	if (!PG_ARGISNULL(3))
 	{
 		check_headers(PG_GETARG_JSONB_P(3));
-		values[3] = PG_GETARG_DATUM(3);
+		response.headers = PG_GETARG_DATUM(3);
 	}
 
 	if (PG_ARGISNULL(4))
@@ -216,25 +215,20 @@ idem_finalize(PG_FUNCTION_ARGS)
 		bytea	   *empty = palloc(VARHDRSZ);
 
 		SET_VARSIZE(empty, VARHDRSZ);
-		values[4] = PointerGetDatum(empty);
+		response.body = PointerGetDatum(empty);
 	}
 	else
 	{
 		bytea	   *body = PG_GETARG_BYTEA_PP(4);
 
-		values[4] = PointerGetDatum(body);
-		if (VARSIZE_ANY_EXHDR(body) > (Size) idem_max_response_bytes)
-		{
-			/* Too large to replay: remember that it completed, not what. */
-			replayable = false;
-			nulls[4] = 'n';
-		}
+		/* Too large to replay: remember that it completed, not what. */
+		response.body = VARSIZE_ANY_EXHDR(body) > (Size) idem_max_response_bytes ?
+			(Datum) 0 : PointerGetDatum(body);
 	}
-	values[5] = BoolGetDatum(replayable);
 
-	if (fenced_write(fcinfo, &finalize_claim, values, nulls, NULL, NULL) == 1)
+	if (fenced_write(fcinfo, finalize_change, &response, &row))
 	{
-		wake_followers(values[0]);
+		wake_followers(fcinfo);
 		idem_count(IDEM_STAT_FINALIZED, 1);
 		PG_RETURN_BOOL(true);
 	}
@@ -244,18 +238,46 @@ idem_finalize(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(false);
 }
 
+/*
+ * Release: the key's row becomes a tombstone (key_row_make_tombstone), so
+ * that any request may claim it at once.  Deleting the row would lose the
+ * key's place in the generation order: an insert draws its generation
+ * before it checks the key, so a claimant that drew its generation before
+ * the release and inserted after it would hand out an older generation
+ * than the released claim's.  With the row kept, that claimant conflicts,
+ * reads the tombstone and takes it over with a freshly drawn generation.
+ */
+static void
+release_change(KeyRow *row, const void *arg)
+{
+	key_row_make_tombstone(row);
+}
+
 /* idem_release(cache_key, claim_id): claimable again at once, nothing cached. */
 Datum
 idem_release(PG_FUNCTION_ARGS)
 {
-	Datum		values[2];
+	KeyRow		row;
+	bool		written;
 
-	fence_args(fcinfo, values);
-	if (fenced_write(fcinfo, &release_claim, values, NULL, NULL, NULL) == 1)
-		wake_followers(values[0]);
-	else
-		PG_RETURN_BOOL(count_fenced(0, IDEM_STAT_RELEASED));
-	PG_RETURN_BOOL(count_fenced(1, IDEM_STAT_RELEASED));
+	check_fence_args(fcinfo);
+	written = fenced_write(fcinfo, release_change, NULL, &row);
+
+	if (written)
+		wake_followers(fcinfo);
+	PG_RETURN_BOOL(count_fenced(written, IDEM_STAT_RELEASED));
+}
+
+/* Fail: failed, the cooldown running from now. */
+static void
+fail_change(KeyRow *row, const void *arg)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	row->state = KEY_FAILED;
+	row->lease_expires_at = idem_time_plus(now, (Interval *) arg);
+	row->has_finished = true;
+	row->finished_at = now;
 }
 
 /*
@@ -266,14 +288,15 @@ idem_release(PG_FUNCTION_ARGS)
 Datum
 idem_fail(PG_FUNCTION_ARGS)
 {
-	Datum		values[3];
+	Interval   *cooldown;
+	KeyRow		row;
+	bool		written;
 
-	fence_args(fcinfo, values);
-	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 2, "cooldown", true,
-													  idem_failure_cooldown_ms));
-	if (fenced_write(fcinfo, &fail_claim, values, NULL, NULL, NULL) == 1)
-		wake_followers(values[0]);
-	else
-		PG_RETURN_BOOL(count_fenced(0, IDEM_STAT_FAILED));
-	PG_RETURN_BOOL(count_fenced(1, IDEM_STAT_FAILED));
+	check_fence_args(fcinfo);
+	cooldown = idem_lease_argument(fcinfo, 2, "cooldown", true, idem_failure_cooldown_ms);
+	written = fenced_write(fcinfo, fail_change, cooldown, &row);
+
+	if (written)
+		wake_followers(fcinfo);
+	PG_RETURN_BOOL(count_fenced(written, IDEM_STAT_FAILED));
 }

@@ -5,37 +5,36 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "pg_idem.h"
-
-#include "catalog/pg_type.h"
+#include "key_table.h"
 
 PG_FUNCTION_INFO_V1(idem_evict);
-
-static IdemStatement evict_key = {
-	IDEM_TOMBSTONE_SET
-	" WHERE cache_key = $1"
-	" AND NOT (state = 'failed' AND request_hash IS NULL AND claim_id IS NULL)",
-	1, {BYTEAOID}
-};
 
 /*
  * idem_evict(cache_key): forget one key whatever its state, e.g. a cached
  * response that must not be replayed any more.  What is left is a
  * tombstone without response, hash or owner: a live owner's later finalize
  * changes nothing (its fence no longer matches), and the next request
- * claims the key afresh with a higher generation.
+ * claims the key afresh with a higher generation.  A key used by several
+ * scopes loses one row per call.
  */
 Datum
 idem_evict(PG_FUNCTION_ARGS)
 {
-	Oid			namespace = idem_function_namespace(fcinfo);
-	Datum		values[1];
-	int			evicted;
+	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
+	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), true);
+	KeyRow		row;
+	bool		evicted = false;
 
-	values[0] = PointerGetDatum(idem_digest_arg(fcinfo, 0, "cache_key"));
-	SPI_connect();
-	evicted = idem_execute(&evict_key, namespace, values, NULL, false, 1);
-	SPI_finish();
-	idem_count(IDEM_STAT_EVICTED, evicted);
-	PG_RETURN_BOOL(evicted == 1);
+	while (key_table_read(table, cache_key, KEY_MATCH_LIVE, NULL, true, &row))
+	{
+		key_row_make_tombstone(&row);
+		if (key_table_update(table, &row) == KEY_WRITTEN)
+		{
+			evicted = true;
+			break;
+		}
+	}
+	key_table_close(table);
+	idem_count(IDEM_STAT_EVICTED, evicted ? 1 : 0);
+	PG_RETURN_BOOL(evicted);
 }

@@ -95,19 +95,6 @@ extern void idem_worker_init(void);
 extern void idem_count(IdemCounter counter, int64 n);
 
 /*
- * What release and eviction leave of a key: a tombstone row, failed, its
- * cooldown over, with neither request hash nor owner, so that any request
- * claims it at once.  Keeping the row keeps the key's place in the
- * generation order (see release_claim in claims.c).  The cleanup deletes
- * tombstones with the other finished keys after idem.ttl.
- */
-#define IDEM_TOMBSTONE_SET \
-	"UPDATE @extschema@.idem_keys SET state = 'failed', request_hash = NULL," \
-	" claim_id = NULL, lease_expires_at = clock_timestamp()," \
-	" finished_at = clock_timestamp(), response_status = NULL," \
-	" response_headers = NULL, response_body = NULL, replayable = true"
-
-/*
  * Waking waiters after a commit (wakeup.c): claim followers wait on their
  * key's channel, drainers on their queue's.
  */
@@ -145,6 +132,7 @@ extern Interval *idem_lease_argument(FunctionCallInfo fcinfo, int argno,
 									 int default_ms);
 extern Interval *idem_ms_interval(int64 ms);
 extern int64 idem_interval_usecs(const Interval *span);
+extern TimestampTz idem_time_plus(TimestampTz ts, Interval *span);
 extern char *idem_format_ms(int64 ms);
 
 /* A key's whole life (lifetime.c). */

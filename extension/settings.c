@@ -13,6 +13,7 @@
 #include "pg_idem.h"
 
 #include "common/int.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -201,6 +202,15 @@ idem_interval_usecs(const Interval *span)
 	if (pg_add_s64_overflow(day_usecs, span->time, &usecs))
 		return day_usecs < 0 ? PG_INT64_MIN : PG_INT64_MAX;
 	return usecs;
+}
+
+/* ts + span, as timestamptz + interval computes it in SQL. */
+TimestampTz
+idem_time_plus(TimestampTz ts, Interval *span)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(ts),
+												   IntervalPGetDatum(span)));
 }
 
 /* An interval's length in microseconds for a message, in the docs' units. */

@@ -10,8 +10,10 @@
  * syscache probes), so that an ALTER EXTENSION UPDATE in the same session
  * switches to the new text at once.
  *
- * Every SQL-callable function of pg_idem runs a handful of fixed statements
- * against its own tables.  Preparing them once per backend and keeping the
+ * The SQL-callable functions of the outbox, the inbox, the attempts and the
+ * cleanup run a handful of fixed statements against their own tables (the
+ * claim hot path runs none: key_table.c reads and writes idem_keys
+ * directly).  Preparing them once per backend and keeping the
  * plans (as ri_triggers.c does) keeps the per-call cost near that of the
  * bare statements.  Plans name the tables with the schema the calling
  * function lives in, so a caller's search_path can neither break nor

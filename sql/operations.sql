@@ -88,12 +88,14 @@ SELECT idem_evict(idem_key('ops', 'POST', '/p', 'k')) AS evicted;
 UPDATE idem_keys SET state = 'completed';
 RESET ROLE;
 
--- Functions that touch the state run as the owner with a pinned search_path;
--- pure ones do not need to.
+-- Functions that touch the state through SQL run as the owner with a
+-- pinned search_path; the claim hot path runs no SQL and switches to the
+-- owner in C (SECURITY INVOKER); pure ones need neither.
 SELECT p.proname, p.prosecdef, p.proconfig
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem') AND d.deptype = 'e'
-   AND p.proname IN ('idem_claim', 'idem_finalize', 'idem_key', 'idem_keys_claim_finished')
+   AND p.proname IN ('idem_claim', 'idem_finalize', 'idem_key', 'idem_keys_claim_finished',
+                     'idem_cleanup')
  ORDER BY 1;
 SELECT count(*) AS public_grants FROM information_schema.role_routine_grants
  WHERE grantee = 'PUBLIC' AND routine_name LIKE 'idem\_%';

@@ -11,6 +11,11 @@
 --    (SECURITY DEFINER) with search_path pinned to pg_catalog, pg_temp, so
 --    no caller-created operator or function can be resolved inside them.
 --    None builds SQL from its arguments.
+--  * Except the claim hot path (direct_functions): those run no SQL text
+--    at all (key_table.c reads and writes idem_keys directly) and switch
+--    to the table's owner in C around the table access, so they need
+--    neither definer rights nor a pinned search_path, whose GUC nesting
+--    level per call was a measurable part of a claim.
 --
 -- The roles are cluster-wide: they are created once and kept by DROP
 -- EXTENSION (another database may use them).
@@ -35,6 +40,10 @@ DECLARE
         'idem_attempt_open', 'idem_attempt_object_key', 'idem_attempt_store',
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',
         'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash']::pg_catalog.name[];
+    -- The claim hot path: direct table access as the owner, no SQL text.
+    direct_functions CONSTANT pg_catalog.name[] := ARRAY[
+        'idem_claim', 'idem_begin', 'idem_lookup', 'idem_renew',
+        'idem_finalize', 'idem_release', 'idem_fail', 'idem_evict']::pg_catalog.name[];
     -- Pure functions of their arguments: no table, no need for definer rights.
     pure_functions CONSTANT pg_catalog.name[] := ARRAY[
         'idem_key', 'idem_request_hash', 'idem_attempt_object_key',
@@ -74,7 +83,11 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC'::pg_catalog.text,
                                   fn.signature);
-        IF NOT fn.is_trigger AND NOT fn.proname OPERATOR(pg_catalog.=) ANY (pure_functions) THEN
+        IF fn.proname OPERATOR(pg_catalog.=) ANY (direct_functions) THEN
+            -- An upgrade from 0.3.0 or before finds them SECURITY DEFINER.
+            EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY INVOKER RESET ALL'::pg_catalog.text,
+                                      fn.signature);
+        ELSIF NOT fn.is_trigger AND NOT fn.proname OPERATOR(pg_catalog.=) ANY (pure_functions) THEN
             EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp'::pg_catalog.text,
                                       fn.signature);
         END IF;

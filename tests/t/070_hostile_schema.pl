@@ -52,9 +52,13 @@ my $superuser = $node->safe_psql('postgres', 'SELECT current_user');
 my @c_files = glob('extension/*.c');
 ok(scalar(@c_files) >= 5, 'the C sources are here: ' . scalar(@c_files) . ' files');
 my $sharedir = $node->config_data('--sharedir');
-my @scripts = (glob("$sharedir/extension/pg_idem--0.3.0.sql"),
-	glob("$sharedir/extension/pg_idem--0.2.0--0.3.0.sql"));
-is(scalar(@scripts), 2, 'the install and upgrade scripts are installed');
+# The current install script and every upgrade script an upgrade from
+# 0.2.0 runs.
+my $current = $node->safe_psql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem'");
+my @scripts = (glob("$sharedir/extension/pg_idem--$current.sql"),
+	grep { !/--0\.1\.0--/ } glob("$sharedir/extension/pg_idem--*--*.sql"));
+ok(scalar(@scripts) >= 3, 'the install and upgrade scripts are installed: ' . scalar(@scripts));
 
 my $texts = '';
 for my $f (@c_files)
