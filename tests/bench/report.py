@@ -11,10 +11,15 @@ page says about a missed target is computed from this run's measurements.
 import csv
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+import outbox_report  # noqa: E402  (tests/bench/outbox_report.py: the outbox targets)
 
 WORK, RESULTS, PLOTS = sys.argv[1:4]
 RAW = os.path.join(RESULTS, "raw")
@@ -25,6 +30,12 @@ os.makedirs(PLOTDATA, exist_ok=True)
 for stale in [os.path.join(RESULTS, f) for f in os.listdir(RESULTS) if f.endswith(".png")] + \
         [os.path.join(RAW, f) for f in os.listdir(RAW)]:
     os.remove(stale)
+# The outbox's CSVs, when tests/bench/outbox.sh ran in this run (before
+# this report: run.sh passes them in WORK/outbox).
+OUTBOX = os.path.join(WORK, "outbox")
+if os.path.exists(os.path.join(OUTBOX, "outbox.csv")):
+    shutil.copy(os.path.join(OUTBOX, "outbox.csv"), os.path.join(RAW, "outbox.csv"))
+    shutil.copy(os.path.join(OUTBOX, "life.csv"), os.path.join(RAW, "outbox_life.csv"))
 
 VARIANTS = ["minimal", "floor", "cte", "plpgsql", "pg_idem"]
 NAMES = {"minimal": "minimal floor", "floor": "floor", "cte": "seed CTE", "plpgsql": "PL/pgSQL",
@@ -465,6 +476,20 @@ for name, st in steady.items():
                f"held); dead rows {v['end_dead']} at the end (steady peak {v['steady_dead']})",
                None if v["rec_end"] is None else v["rec_end"] <= 3)
 
+# Issue 13's outbox targets, from tests/bench/outbox.sh's run (outbox.md has
+# the detail).
+outbox_gaps, outbox_cost = [], ""
+if os.path.exists(os.path.join(OUTBOX, "outbox.csv")):
+    od = outbox_report.load(os.path.join(OUTBOX, "outbox.csv"), os.path.join(OUTBOX, "life.csv"))
+    for t in outbox_report.targets(od):
+        add_target(t["key"], t["name"], t["measured"], t["ok"])
+        if t.get("gap"):
+            outbox_gaps.append(t["gap"])
+    outbox_cost = outbox_report.retention_cost(od)
+elif features.get("outbox") == "t":
+    targets.append(("outbox targets (issue 13)", "not measured: tests/bench/outbox.sh did not "
+                    "finish in this run", "n/a"))
+
 # --------------------------------------------------------------------------
 # Plot data and plots.
 with open(os.path.join(PLOTDATA, "cycle.dat"), "w") as f:
@@ -575,7 +600,9 @@ P("")
 P(f"`make bench MODE={mode}` on {machine.get('date')}, commit {machine.get('commit')}; "
   f"{machine.get('rounds')} rounds × {machine.get('secs')} s per cell; steady state with "
   f"`idem.ttl = {machine.get('steady_ttl')}`, a {machine.get('steady_warmup')} s warm-up and "
-  f"phases of {machine.get('steady_phase')} s; wall time {machine.get('wall_seconds')} s.")
+  f"phases of {machine.get('steady_phase')} s; wall time {machine.get('wall_seconds')} s" +
+  (f", {machine['total_wall_seconds']} s with the outbox section"
+   if machine.get("total_wall_seconds") else "") + ".")
 P("")
 P("Written by `tests/bench/run.sh` through `tests/bench/report.py`: do not edit by hand. "
   "Raw numbers in [raw/](raw/): `runs.csv` (one row per pgbench run, with `pg_stat_wal` "
@@ -596,12 +623,16 @@ P(f"**Noise.** {machine.get('nproc')} cores shared with other engineers' builds 
 P("")
 P("## Targets")
 P("")
-P(f"The first {ISSUE13_TARGETS} rows are issue 13's (the fast path); the others are kept "
-  "from issue 5. The new-key cycle's verdicts are those of the headline cell, "
-  f"{HEADLINE[0]} clients with `synchronous_commit = {HEADLINE[1]}` (the other cells are "
-  "listed beside it).")
+P(f"The first {ISSUE13_TARGETS} rows and the outbox rows are issue 13's (the fast path); "
+  "the others are kept from issue 5. The new-key cycle's verdicts are those of the headline "
+  f"cell, {HEADLINE[0]} clients with `synchronous_commit = {HEADLINE[1]}` (the other cells "
+  "are listed beside it); the outbox's are judged with `idem.outbox_archive = off`, as the "
+  "floor keeps no published event ([outbox.md](outbox.md)).")
 P("")
 table(["target", "measured", "result"], targets)
+if outbox_cost:
+    P(outbox_cost)
+    P("")
 
 # --------------------------------------------------------------------------
 # Why the missed targets were missed: every number from this run.
@@ -738,11 +769,13 @@ def gap_entry(key):
 
 
 missed13 = [k for k in failed_targets if k in GAPS]
-if missed13:
+if missed13 or outbox_gaps:
     P("### Issue 13's targets: by how much")
     P("")
     for k in missed13:
         P("- " + gap_entry(k))
+    for g in outbox_gaps:
+        P("- " + g)
     P("")
 
 if any(k.startswith("cycle_") for k in failed_targets):

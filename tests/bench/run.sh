@@ -4,9 +4,10 @@
 # run, interleaved; writes tests/bench/results/ (results.md, PNG plots, raw
 # CSV) and prints the targets as a pass/fail table.
 #
-#   quick   2 rounds x 1 s per cell, 16 s steady state, idem.ttl 2 s   (about 3 minutes)
+#   quick   2 rounds x 1 s per cell, 16 s steady state, idem.ttl 2 s   (about 3 minutes,
+#           5 with the outbox section)
 #   full    5 rounds x 20 s per cell, 250 s steady states, idem.ttl 20 s (about 2 hours,
-#           from the cell count)
+#           from the cell count; the outbox section after it)
 #
 # Variants (tests/bench/sql/setup.sql, tests/bench/scripts/*.sql), each on
 # its own table shaped exactly like idem_keys, but for minimal's:
@@ -393,11 +394,15 @@ echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$INFO/machine.txt"
 echo "wall_seconds=$(($(date +%s) - START_TIME))" >>"$INFO/machine.txt"
 stop_cluster
 
+# The outbox against a bare queue floor (and pgmq when PGMQ_SQL names its
+# SQL file), on a cluster of its own: results/outbox.md, and its CSVs in
+# $WORK/outbox for the targets table.  A failure there leaves the claim
+# results standing (the outbox targets read n/a).
+if [ "$HAVE_OUTBOX" = t ]; then
+    OUTBOX_COPY=$WORK/outbox bash "$BENCH/outbox.sh" "$MODE" ||
+        echo "the outbox benchmark failed (exit $?): its targets are not measured" >&2
+fi
+echo "total_wall_seconds=$(($(date +%s) - START_TIME))" >>"$INFO/machine.txt"
+
 say "report"
 python3 "$BENCH/report.py" "$WORK" "$RESULTS" "$BENCH/plots"
-
-# The outbox against a bare queue floor (and pgmq when PGMQ_SQL names its
-# SQL file), on a cluster of its own: results/outbox.md.
-if [ "$HAVE_OUTBOX" = t ]; then
-    bash "$BENCH/outbox.sh" "$MODE"
-fi
