@@ -432,8 +432,10 @@ def read_text(*path):
 
 # The C++ client: wake-up latency per mode, and the cycle with and without.
 wakeup = {}
-for m in re.finditer(r"^(advisory_lock|polling)\s+rounds=(\d+) followers=(\d+)\s+p50=([\d.]+) ms"
-                     r"\s+p99=([\d.]+) ms\s+max=([\d.]+) ms", read_text("wakeup", "wakeup.out"),
+# A latency can be negative (a follower may return before the winner's own
+# finalize call has returned to it): signs are part of the numbers.
+for m in re.finditer(r"^(advisory_lock|polling)\s+rounds=(\d+) followers=(\d+)"
+                     r"\s+p50=(-?[\d.]+) ms\s+p99=(-?[\d.]+) ms\s+max=(-?[\d.]+) ms", read_text("wakeup", "wakeup.out"),
                      re.M):
     wakeup[m.group(1)] = {"rounds": int(m.group(2)), "followers": int(m.group(3)),
                           "p50": float(m.group(4)), "p99": float(m.group(5)),
