@@ -10,12 +10,12 @@ set xlabel "clients"
 set ylabel "ms"
 set key top left
 set grid ytics
-titles = "floor seed-CTE PL/pgSQL pg_idem"
+titles = "minimal floor seed-CTE PL/pgSQL pg_idem"
 do for [block=0:1] {
     set title (block == 0 ? "synchronous_commit = on" : "synchronous_commit = off")
-    plot for [i=0:3] datadir."/cycle.dat" index block using 1:(column(5+5*i)) \
+    plot for [i=0:4] datadir."/cycle.dat" index block using 1:(column(5+5*i)) \
             with linespoints lw 2 pt 7 lc i+1 title word(titles, i+1), \
-         for [i=0:3] datadir."/cycle.dat" index block using 1:(column(6+5*i)) \
+         for [i=0:4] datadir."/cycle.dat" index block using 1:(column(6+5*i)) \
             with linespoints lw 2 dt 2 pt 6 lc i+1 notitle
 }
 unset multiplot

@@ -11,11 +11,11 @@ set ylabel "requests/s"
 set yrange [0:*]
 set key top left
 set grid ytics
-titles = "floor seed-CTE PL/pgSQL pg_idem"
+titles = "minimal floor seed-CTE PL/pgSQL pg_idem"
 do for [block=0:1] {
     set title (block == 0 ? "synchronous_commit = on" : "synchronous_commit = off")
-    plot for [i=0:3] datadir."/cycle.dat" index block \
-        using ($1*(1+0.04*(i-1.5))):(column(2+5*i)):(column(3+5*i)):(column(4+5*i)) \
+    plot for [i=0:4] datadir."/cycle.dat" index block \
+        using ($1*(1+0.04*(i-2))):(column(2+5*i)):(column(3+5*i)):(column(4+5*i)) \
         with yerrorlines lw 2 pt 7 title word(titles, i+1)
 }
 unset multiplot

@@ -11,4 +11,4 @@ set yrange [0:*]
 set grid ytics
 set key outside right top vertical
 set ylabel "bytes / request"
-plot for [i=2:5] datadir."/wal.dat" using i:xtic(1) title columnheader(i)
+plot for [i=2:6] datadir."/wal.dat" using i:xtic(1) title columnheader(i)

@@ -19,9 +19,58 @@ BEGIN
         EXECUTE format('CREATE TABLE bench.%I (LIKE idem_keys INCLUDING ALL)%s',
                        variant, options);
     END LOOP;
-    -- A probe: the same table without the CHECK constraints.
-    EXECUTE format('CREATE TABLE bench.idem_nocheck'
-                   ' (LIKE idem_keys INCLUDING DEFAULTS INCLUDING INDEXES)%s', options);
+END
+$$;
+
+-- The minimal floor (issue 13): idem_keys' columns (names, types,
+-- collations, NOT NULL, defaults) and its primary key (cache_key, scope),
+-- nothing else: no CHECK constraint, no trigger, no other index; fillfactor
+-- 70.  The bare statements on it are what pg_idem's fast path is measured
+-- against.
+CREATE TABLE bench.idem_minimal (LIKE idem_keys INCLUDING DEFAULTS INCLUDING INDEXES)
+    WITH (fillfactor = 70);
+
+-- Refuse to run on a minimal table that is not that (idem_keys grew an
+-- index the LIKE copied, or lost a column): the floor would be wrong.
+DO $$
+DECLARE
+    problem text;
+BEGIN
+    SELECT string_agg(p, '; ') INTO problem FROM (
+        SELECT 'columns differ from idem_keys' AS p
+         WHERE (SELECT array_agg((attname, atttypid, attcollation, attnotnull)::text ORDER BY attnum)
+                  FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
+                   AND attnum > 0 AND NOT attisdropped)
+            IS DISTINCT FROM
+               (SELECT array_agg((attname, atttypid, attcollation, attnotnull)::text ORDER BY attnum)
+                  FROM pg_attribute WHERE attrelid = 'bench.idem_minimal'::regclass
+                   AND attnum > 0 AND NOT attisdropped)
+        UNION ALL
+        SELECT 'constraints other than the primary key (cache_key, scope): ' ||
+               string_agg(conname || ' ' || contype::text, ', ')
+          FROM pg_constraint
+         WHERE conrelid = 'bench.idem_minimal'::regclass
+           AND NOT (contype = 'p' AND conkey::int2[] = (
+                    SELECT array_agg(attnum ORDER BY array_position(ARRAY['cache_key', 'scope'], attname::text))
+                      FROM pg_attribute WHERE attrelid = 'bench.idem_minimal'::regclass
+                       AND attname IN ('cache_key', 'scope')))
+        HAVING count(*) > 0
+        UNION ALL
+        SELECT 'indexes other than the primary key: ' || count(*)
+          FROM pg_index WHERE indrelid = 'bench.idem_minimal'::regclass AND NOT indisprimary
+        HAVING count(*) > 0
+        UNION ALL
+        SELECT 'triggers: ' || count(*)
+          FROM pg_trigger WHERE tgrelid = 'bench.idem_minimal'::regclass
+        HAVING count(*) > 0
+        UNION ALL
+        SELECT 'storage parameters are not fillfactor 70: ' || coalesce(reloptions::text, 'none')
+          FROM pg_class WHERE oid = 'bench.idem_minimal'::regclass
+           AND reloptions IS DISTINCT FROM ARRAY['fillfactor=70']
+    ) problems;
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'bench.idem_minimal is not the minimal floor: %', problem;
+    END IF;
 END
 $$;
 
