@@ -45,7 +45,9 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 #include "utils/uuid.h"
 
 PG_FUNCTION_INFO_V1(idem_claim);
@@ -147,10 +149,13 @@ generation_base(void)
  * fences.c for why the order matters).
  */
 static void
-own_row(KeyTable *table, KeyRow *row, const ClaimRequest *req)
+own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
+	/* Drawn at the first write: a follower's answer needs no token. */
+	if (req->claim_id == NULL)
+		req->claim_id = new_claim_id();
 	row->state = KEY_PENDING;
 	row->request_hash = req->request_hash;
 	row->claim_id = req->claim_id;
@@ -297,7 +302,7 @@ reset_answer(ClaimAnswer *answer)
  * cooling-down key is waited for (see the file header).
  */
 static void
-claim_key(Oid namespace, const ClaimRequest *req, TimestampTz deadline,
+claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 		  ClaimAnswer *answer)
 {
 	KeyTable   *table = key_table_open(namespace, false);
@@ -413,13 +418,20 @@ count_claim_outcome(const char *outcome)
 static Datum
 claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer)
 {
+	Oid			result_type = get_fn_expr_rettype(fcinfo->flinfo);
 	TupleDesc	tupdesc;
 	Datum		values[RESULT_NATTS];
 	bool		nulls[RESULT_NATTS];
 	const KeyRow *row = &answer->row;
+	Datum		result;
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
+	/* The type cache's descriptor of idem_claim_result: no copy per call. */
+	if (!OidIsValid(result_type))
+		result_type = get_func_rettype(fcinfo->flinfo->fn_oid);
+	tupdesc = lookup_rowtype_tupdesc(result_type, -1);
+	if (tupdesc->natts != RESULT_NATTS)
+		elog(ERROR, "pg_idem: idem_claim_result has %d columns, expected %d",
+			 tupdesc->natts, RESULT_NATTS);
 
 	memset(nulls, true, sizeof(nulls));
 	values[RESULT_OUTCOME] = CStringGetTextDatum(answer->outcome);
@@ -464,7 +476,9 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer)
 	 * A response body TOASTed out of line is read as a TOAST pointer;
 	 * HeapTupleGetDatum flattens the row, fetching it.
 	 */
-	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls));
+	result = HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+	ReleaseTupleDesc(tupdesc);
+	return result;
 }
 
 /*
@@ -513,7 +527,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	deadline = wait_deadline(fcinfo, 3);
 	req.in_transaction = in_transaction;
 	req.scope = idem_current_scope();
-	req.claim_id = new_claim_id();
+	req.claim_id = NULL;
 
 	claim_key(namespace, &req, deadline, &answer);
 	count_claim_outcome(answer.outcome);

@@ -63,7 +63,9 @@
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
+#include "executor/nodeModifyTable.h"
 #include "nodes/makefuncs.h"
+#include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -140,6 +142,9 @@ struct KeyTable
 	Oid		   *index_oids;
 	int			pk_index;		/* its place in rri's index arrays */
 	List	   *arbiters;		/* ON CONFLICT (cache_key, scope) */
+	int			ndefaults;		/* columns of the DBA's, with a default */
+	AttrNumber *default_attnums;
+	ExprState **default_exprs;
 	TupleTableSlot *read_slot;
 	TupleTableSlot *new_slot;
 	TupleTableSlot *conflict_slot;
@@ -251,6 +256,61 @@ map_columns(KeyTable *kt, Relation rel)
 	}
 }
 
+/* Is attnum one of the protocol's columns? */
+static bool
+is_protocol_column(KeyTable *kt, AttrNumber attnum)
+{
+	int			c;
+
+	for (c = 0; c < NCOLUMNS; c++)
+		if (kt->attnum[c] == attnum)
+			return true;
+	return false;
+}
+
+/*
+ * Columns pg_idem does not know (a DBA's) get what an INSERT naming only
+ * the protocol's columns would give them: their default, computed per new
+ * row.  Stored generated columns are recomputed by every write (they are
+ * all marked as depending on the update), and every protocol column counts
+ * as updated for column-specific triggers.
+ */
+static void
+prepare_defaults(KeyTable *kt, Relation rel, RangeTblEntry *rte)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+	int			c;
+
+	kt->ndefaults = 0;
+	kt->default_attnums = palloc(sizeof(AttrNumber) * desc->natts);
+	kt->default_exprs = palloc(sizeof(ExprState *) * desc->natts);
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *expr;
+
+		if (att->attisdropped || is_protocol_column(kt, att->attnum))
+			continue;
+		if (att->attgenerated)
+		{
+			rte->extraUpdatedCols = bms_add_member(rte->extraUpdatedCols,
+												   att->attnum - FirstLowInvalidHeapAttributeNumber);
+			continue;
+		}
+		expr = build_column_default(rel, att->attnum);
+		if (expr == NULL)
+			continue;
+		kt->default_attnums[kt->ndefaults] = att->attnum;
+		kt->default_exprs[kt->ndefaults] = ExecPrepareExpr((Expr *) expr, kt->estate);
+		kt->ndefaults++;
+	}
+	for (c = 0; c < NCOLUMNS; c++)
+		if (kt->attnum[c] != 0)
+			rte->updatedCols = bms_add_member(rte->updatedCols,
+											  kt->attnum[c] - FirstLowInvalidHeapAttributeNumber);
+}
+
 /* Rebuild the kept state for rel, the schema's idem_keys. */
 static void
 build(KeyTable *kt, Relation rel, Oid namespace)
@@ -322,6 +382,7 @@ build(KeyTable *kt, Relation rel, Oid namespace)
 	if (kt->pk_index < 0)
 		elog(ERROR, "pg_idem: primary key of idem_keys not among its indexes");
 	kt->arbiters = list_make1_oid(kt->indexid);
+	prepare_defaults(kt, rel, rte);
 
 	kt->read_slot = MakeSingleTupleTableSlot(kt->desc, &TTSOpsBufferHeapTuple);
 	kt->new_slot = MakeSingleTupleTableSlot(kt->desc, &TTSOpsVirtual);
@@ -636,6 +697,22 @@ start_write(KeyTable *kt)
 	ResetPerTupleExprContext(kt->estate);
 }
 
+/* The defaults of the DBA's columns, into a new row's slot. */
+static void
+compute_defaults(KeyTable *kt, TupleTableSlot *slot)
+{
+	ExprContext *econtext = GetPerTupleExprContext(kt->estate);
+	int			i;
+
+	for (i = 0; i < kt->ndefaults; i++)
+	{
+		int			off = kt->default_attnums[i] - 1;
+
+		slot->tts_values[off] = ExecEvalExprSwitchContext(kt->default_exprs[i], econtext,
+														  &slot->tts_isnull[off]);
+	}
+}
+
 /*
  * Under REPEATABLE READ and SERIALIZABLE, a key inserted by a transaction
  * our snapshot cannot see is a serialization failure, as ON CONFLICT DO
@@ -675,6 +752,10 @@ key_table_insert(KeyTable *kt, KeyRow *row)
 	start_write(kt);
 	row->tuple = NULL;
 	slot = slot_from_row(kt, row);
+	if (kt->ndefaults > 0)
+		compute_defaults(kt, slot);
+	if (kt->rel->rd_att->constr && kt->rel->rd_att->constr->has_generated_stored)
+		ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
 	/* A BEFORE trigger that skips the row: nothing inserted, as in SQL. */
 	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_insert_before_row &&
 		!ExecBRInsertTriggers(estate, rri, slot))
@@ -748,6 +829,8 @@ key_table_update(KeyTable *kt, KeyRow *row)
 				 errhint("Use an AFTER trigger.")));
 	start_write(kt);
 	slot = slot_from_row(kt, row);
+	if (kt->rel->rd_att->constr && kt->rel->rd_att->constr->has_generated_stored)
+		ExecComputeStoredGenerated(rri, estate, slot, CMD_UPDATE);
 	if (kt->rel->rd_att->constr)
 		ExecConstraints(rri, slot, estate);
 
