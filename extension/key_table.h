@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * key_table.h
- *	  Direct access to idem_keys for the claim hot path (key_table.c).
+ *	  idem_keys as the claim hot path reads and writes it (key_table.c).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEM_KEY_TABLE_H
 #define IDEM_KEY_TABLE_H
 
-#include "pg_idem.h"
+#include "direct_table.h"
 
 #include "storage/itemptr.h"
 #include "utils/snapshot.h"
@@ -70,7 +70,7 @@ typedef enum KeyWrite
 	KEY_CHANGED					/* a concurrent write came first: read again */
 } KeyWrite;
 
-typedef struct KeyTable KeyTable;
+typedef DirectTable KeyTable;
 
 extern KeyTable *key_table_open(Oid namespace, bool for_write);
 extern void key_table_close(KeyTable *table);

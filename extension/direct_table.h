@@ -1,0 +1,105 @@
+/*-------------------------------------------------------------------------
+ *
+ * direct_table.h
+ *	  Reading and writing one of pg_idem's tables without a SQL executor
+ *	  per call (direct_table.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_DIRECT_TABLE_H
+#define IDEM_DIRECT_TABLE_H
+
+#include "pg_idem.h"
+
+#include "access/genam.h"
+#include "access/htup.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "storage/itemptr.h"
+#include "utils/snapshot.h"
+
+#define DIRECT_MAX_COLUMNS 24
+
+/* A column the module that owns the table reads or writes. */
+typedef struct DirectColumn
+{
+	const char *name;
+	Oid			type;
+	bool		optional;		/* absent from schemas before the version adding it */
+} DirectColumn;
+
+/*
+ * One of pg_idem's tables, as a module declares it (relname, columns),
+ * and the executor pieces kept for it across calls.  A module has one
+ * static DirectTable per table; direct_table.c fills in the rest.
+ */
+typedef struct DirectTable
+{
+	const char *relname;
+	const DirectColumn *columns;
+	int			ncolumns;
+
+	/* Kept across calls; rebuilt when stale. */
+	bool		registered;
+	bool		built;
+	bool		stale;
+	Oid			namespace;
+	Oid			relid;
+	Oid			indexid;		/* the primary key */
+	Oid			owner;
+	AttrNumber	attnum[DIRECT_MAX_COLUMNS]; /* 0: absent */
+	MemoryContext context;
+	TupleDesc	desc;			/* a copy of the table's, defaults included */
+	EState	   *estate;
+	ResultRelInfo *rri;
+	int			nindexes;
+	Oid		   *index_oids;
+	int			pk_index;		/* its place in rri's index arrays */
+	List	   *arbiters;		/* ON CONFLICT on the primary key */
+	int			ndefaults;
+	AttrNumber *default_attnums;
+	ExprState **default_exprs;
+	TupleTableSlot *read_slot;
+	TupleTableSlot *new_slot;
+	TupleTableSlot *conflict_slot;
+
+	/* This call's. */
+	bool		in_use;
+	bool		query_started;	/* AfterTriggerBeginQuery was called */
+	bool		write_locked;	/* RowExclusiveLock taken */
+	bool	   *assigned;		/* new_slot's columns the caller set */
+	Relation	rel;
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	Oid			save_userid;
+	int			save_sec_context;
+} DirectTable;
+
+/* What an update did. */
+typedef enum DirectWrite
+{
+	DIRECT_WRITTEN,
+	DIRECT_CHANGED				/* a concurrent write came first: read again */
+} DirectWrite;
+
+extern void direct_open(DirectTable *table, Oid namespace, bool for_write);
+extern void direct_close(DirectTable *table);
+
+extern void direct_scan_begin(DirectTable *table, Datum first_key, bool fresh_snapshot);
+extern HeapTuple direct_scan_next(DirectTable *table);
+extern void direct_scan_end(DirectTable *table);
+extern void direct_deform(DirectTable *table, HeapTuple tuple, Datum *values, bool *nulls);
+
+extern TupleTableSlot *direct_new_row(DirectTable *table, HeapTuple old);
+extern void direct_set(DirectTable *table, int column, Datum value, bool isnull);
+extern bool direct_insert(DirectTable *table, bool on_conflict_do_nothing, ItemPointer tid);
+extern DirectWrite direct_update(DirectTable *table, ItemPointer old_tid, ItemPointer new_tid);
+
+/* The attribute number of a declared column (0: absent). */
+static inline AttrNumber
+direct_attnum(DirectTable *table, int column)
+{
+	return table->attnum[column];
+}
+
+#endif							/* IDEM_DIRECT_TABLE_H */
