@@ -355,6 +355,11 @@ direct_open(DirectTable *dt, Oid namespace, bool for_write)
 		rel = try_table_open(dt->relid, lockmode);
 	if (rel == NULL)
 		rel = table_open(lookup_table(dt, namespace), lockmode);
+
+	/* As the owner from here on: the kept expressions are built as the owner too. */
+	GetUserIdAndSecContext(&dt->save_userid, &dt->save_sec_context);
+	SetUserIdAndSecContext(rel->rd_rel->relowner, dt->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
 	if (!dt->built || dt->stale || dt->namespace != namespace ||
 		dt->relid != RelationGetRelid(rel))
 		build(dt, rel, namespace);
@@ -368,10 +373,6 @@ direct_open(DirectTable *dt, Oid namespace, bool for_write)
 	dt->write_locked = for_write;
 	dt->snapshot = NULL;
 	dt->scan = NULL;
-
-	GetUserIdAndSecContext(&dt->save_userid, &dt->save_sec_context);
-	SetUserIdAndSecContext(dt->owner, dt->save_sec_context |
-						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
 	dt->in_use = true;
 }
 

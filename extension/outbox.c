@@ -5,11 +5,11 @@
  *	  nacks and prune are in outbox_claim.c; the wait, the backlog and the
  *	  idem_outbox view's writes in outbox_wait.c.
  *
- * An event is staged by a plain INSERT in the caller's transaction, so it
- * exists exactly when the domain change commits, and staging costs one
- * row and nothing else (no NOTIFY, no lock held to commit).  A batch of
- * events is one INSERT over arrays: one executor, its CHECK expressions
- * prepared once for the whole batch.  The stage registers the outbox's
+ * An event is staged by an insert in the caller's transaction, so it exists
+ * exactly when the domain change commits, and staging costs one row and
+ * nothing else (no NOTIFY, no lock held to commit).  Events are inserted
+ * directly (direct_table.c): no executor per event, and a batch is its
+ * events' rows written in array order by one call.  The stage registers the outbox's
  * wake-up channel: idle drainers (idem_outbox_wait) wake when the
  * stager's transaction commits, never before.
  *
@@ -19,6 +19,7 @@
  *-------------------------------------------------------------------------
  */
 #include "messages.h"
+#include "direct_table.h"
 
 #include "access/xact.h"
 #include "access/tupdesc.h"
@@ -180,34 +181,38 @@ idem_outbox_backoff_array(void)
 #define OUTBOX_MAX_BATCH		10000
 #define OUTBOX_MAX_TOPIC_BYTES	255
 
-/* The columns stage_event writes, in the order of its parameters. */
-#define STAGE_NARGS 8
-
-static IdemStatement stage_event = {
-	"INSERT INTO @extschema@.idem_outbox_queue"
-	" (topic, message_key, key_hash, payload, payload_bytes, headers, available_at, scope)"
-	" VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp() + $7, $8)"
-	" RETURNING id",
-	STAGE_NARGS, {TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, JSONBOID, INTERVALOID, TEXTOID}
-};
-
 /*
- * A batch: one INSERT over the arrays, in array order (the ORDER BY sits
- * below the projection that draws the ids, so ids follow the arrays and
- * per-key order is the order of the batch).  A NULL array stands for all
- * NULLs (ROWS FROM pads).
+ * What staging one event writes: the row of idem_outbox_queue, inserted
+ * directly (direct_table.c), without an executor per event.  The id, the
+ * state and the counters come from the columns' defaults.
  */
-static IdemStatement stage_batch = {
-	"INSERT INTO @extschema@.idem_outbox_queue"
-	" (topic, message_key, key_hash, payload, headers, available_at, scope)"
-	" SELECT $1, u.k, u.h, u.p, u.hd, pg_catalog.clock_timestamp() + $6, $7"
-	"   FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4),"
-	"                   pg_catalog.unnest($5)) WITH ORDINALITY AS u(p, k, h, hd, n)"
-	"  ORDER BY u.n"
-	" RETURNING id",
-	7, {TEXTOID, JSONBARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, JSONBARRAYOID, INTERVALOID, TEXTOID}
+enum
+{
+	QUEUE_ID,
+	QUEUE_TOPIC,
+	QUEUE_MESSAGE_KEY,
+	QUEUE_KEY_HASH,
+	QUEUE_PAYLOAD,
+	QUEUE_PAYLOAD_BYTES,
+	QUEUE_HEADERS,
+	QUEUE_AVAILABLE_AT,
+	QUEUE_SCOPE,
+	QUEUE_NCOLUMNS
 };
 
+static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
+	[QUEUE_ID] = {"id", INT8OID},
+	[QUEUE_TOPIC] = {"topic", TEXTOID},
+	[QUEUE_MESSAGE_KEY] = {"message_key", TEXTOID},
+	[QUEUE_KEY_HASH] = {"key_hash", BYTEAOID},
+	[QUEUE_PAYLOAD] = {"payload", JSONBOID},
+	[QUEUE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
+	[QUEUE_HEADERS] = {"headers", JSONBOID},
+	[QUEUE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
+	[QUEUE_SCOPE] = {"scope", TEXTOID},
+};
+
+static DirectTable queue = {"idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS};
 
 /* Refuse a batch size outside 1 .. max. */
 int32
@@ -293,54 +298,54 @@ check_headers(Jsonb *headers)
 }
 
 /*
- * Insert one checked event with stage_event; json_payload tells which
- * payload column payload goes to.  Wakes drainers at commit.
+ * Write one checked event's row into the open queue (key_hash: the key's
+ * SHA-256, NULL without a key; json_payload tells which payload column
+ * payload goes to); its id.  The one description of an event's row, for
+ * single stages and batches alike.
+ */
+static int64
+stage_row(text *topic, Datum payload, bool json_payload, text *key, bytea *hash,
+		  Jsonb *headers, Interval *delay, text *scope)
+{
+	TupleTableSlot *slot = direct_new_row(&queue, NULL);
+	TimestampTz now = GetCurrentTimestamp();
+	ItemPointerData tid;
+
+	direct_set(&queue, QUEUE_TOPIC, PointerGetDatum(topic), false);
+	direct_set(&queue, QUEUE_MESSAGE_KEY, PointerGetDatum(key), key == NULL);
+	direct_set(&queue, QUEUE_KEY_HASH, PointerGetDatum(hash), hash == NULL);
+	direct_set(&queue, QUEUE_PAYLOAD, payload, !json_payload);
+	direct_set(&queue, QUEUE_PAYLOAD_BYTES, payload, json_payload);
+	direct_set(&queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
+	direct_set(&queue, QUEUE_AVAILABLE_AT,
+			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
+	direct_set(&queue, QUEUE_SCOPE, PointerGetDatum(scope), false);
+	(void) direct_insert(&queue, false, &tid);
+	return DatumGetInt64(slot->tts_values[direct_attnum(&queue, QUEUE_ID) - 1]);
+}
+
+/*
+ * Insert one checked event; json_payload tells which payload column
+ * payload goes to.  Wakes drainers at commit.
  */
 static int64
 insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 			 text *key, Jsonb *headers, Interval *delay)
 {
-	Datum		values[STAGE_NARGS];
-	char		nulls[STAGE_NARGS];
-	Interval	zero = {0};
+	text	   *scope = idem_current_scope();
 	int64		id;
-	bool		isnull;
 
-	memset(nulls, ' ', sizeof(nulls));
 	check_topic(topic);
-	values[0] = PointerGetDatum(topic);
-	if (key == NULL)
-	{
-		values[1] = values[2] = (Datum) 0;
-		nulls[1] = nulls[2] = 'n';
-	}
-	else
-	{
-		values[2] = PointerGetDatum(key_hash(key));
-		values[1] = PointerGetDatum(key);
-	}
-	values[3] = values[4] = (Datum) 0;
-	nulls[3] = nulls[4] = 'n';
-	values[json_payload ? 3 : 4] = payload;
-	nulls[json_payload ? 3 : 4] = ' ';
-	if (headers == NULL)
-	{
-		values[5] = (Datum) 0;
-		nulls[5] = 'n';
-	}
-	else
-	{
+	if (headers != NULL)
 		check_headers(headers);
-		values[5] = PointerGetDatum(headers);
-	}
-	values[6] = IntervalPGetDatum(delay == NULL ? &zero : check_non_negative(delay, "delay"));
-	values[7] = PointerGetDatum(idem_current_scope());
+	if (delay != NULL)
+		(void) check_non_negative(delay, "delay");
 
-	SPI_connect();
-	idem_execute(&stage_event, namespace, values, nulls, false, 1);
-	id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-									 1, &isnull));
-	SPI_finish();
+	direct_open(&queue, namespace, true);
+	id = stage_row(topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
+				   headers, delay, scope);
+	direct_close(&queue);
+
 	idem_count(IDEM_STAT_OUTBOX_STAGED, 1);
 	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
 	return id;
@@ -433,21 +438,9 @@ check_length(const char *name, int n, int npayloads)
 				 errhint("Pass NULL for no %s at all, or a NULL element for one event.", name)));
 }
 
-/* An array of n Datums (with nulls) of one type, for the batch INSERT. */
-static Datum
-make_array(Datum *elems, bool *nulls, int n, Oid elemtype, int16 elemlen,
-		   bool elembyval, char elemalign)
-{
-	int			dims[1] = {n};
-	int			lbs[1] = {1};
-
-	return PointerGetDatum(construct_md_array(elems, nulls, 1, dims, lbs, elemtype,
-											  elemlen, elembyval, elemalign));
-}
-
 /*
  * idem_outbox_stage_batch(topic, payloads jsonb[], keys text[], headers
- * jsonb[], delay): one event per payload, one INSERT; returns the ids in
+ * jsonb[], delay): one event per payload, in one call; returns the ids in
  * the payloads' order.
  */
 Datum
@@ -457,8 +450,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	Datum	   *payloads,
 			   *keys = NULL,
-			   *headers = NULL,
-			   *hashes = NULL;
+			   *headers = NULL;
 	bool	   *payload_nulls,
 			   *key_nulls = NULL,
 			   *header_nulls = NULL;
@@ -466,13 +458,12 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 				nkeys,
 				nheaders,
 				i;
-	Datum		values[7];
-	char		nulls[7];
 	text	   *topic;
+	Interval   *delay;
+	text	   *scope;
 	TupleDesc	tupdesc;
 	Tuplestorestate *store;
 	MemoryContext old;
-	uint64		row;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
 		(rsinfo->allowedModes & SFRM_Materialize) == 0)
@@ -481,7 +472,6 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 				 errmsg("idem_outbox_stage_batch must be called where a set is accepted"),
 				 errdetail("Call it as SELECT * FROM idem_outbox_stage_batch(...).")));
 
-	memset(nulls, ' ', sizeof(nulls));
 	idem_require_arg(fcinfo, 0, "topic");
 	topic = PG_GETARG_TEXT_PP(0);
 	check_topic(topic);
@@ -507,36 +497,12 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 			  &headers, &header_nulls, &nheaders);
 	check_length("headers", nheaders, npayloads);
 
-	values[0] = PointerGetDatum(topic);
-	values[1] = PG_GETARG_DATUM(1);
-	if (nkeys < 0)
-	{
-		values[2] = values[3] = (Datum) 0;
-		nulls[2] = nulls[3] = 'n';
-	}
-	else
-	{
-		hashes = palloc(sizeof(Datum) * Max(nkeys, 1));
-		for (i = 0; i < nkeys; i++)
-			if (!key_nulls[i])
-				hashes[i] = PointerGetDatum(key_hash(DatumGetTextPP(keys[i])));
-		values[2] = PG_GETARG_DATUM(2);
-		values[3] = make_array(hashes, key_nulls, nkeys, BYTEAOID, -1, false, TYPALIGN_INT);
-	}
-	if (nheaders < 0)
-	{
-		values[4] = (Datum) 0;
-		nulls[4] = 'n';
-	}
-	else
-	{
+	if (nheaders >= 0)
 		for (i = 0; i < nheaders; i++)
 			if (!header_nulls[i])
 				check_headers(DatumGetJsonbP(headers[i]));
-		values[4] = PG_GETARG_DATUM(3);
-	}
-	values[5] = IntervalPGetDatum(idem_outbox_interval_arg(fcinfo, 4, "delay"));
-	values[6] = PointerGetDatum(idem_current_scope());
+	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
+	scope = idem_current_scope();
 
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
 	tupdesc = CreateTemplateTupleDesc(1);
@@ -550,17 +516,23 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 	if (npayloads == 0)
 		return (Datum) 0;
 
-	SPI_connect();
-	idem_execute(&stage_batch, namespace, values, nulls, false, 0);
-	for (row = 0; row < SPI_processed; row++)
+	/* In array order: ids follow the arrays, and so does per-key order. */
+	direct_open(&queue, namespace, true);
+	for (i = 0; i < npayloads; i++)
 	{
-		bool		isnull;
-		Datum		id = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
-									   1, &isnull);
+		bool		has_key = nkeys >= 0 && !key_nulls[i];
+		text	   *key = has_key ? DatumGetTextPP(keys[i]) : NULL;
+		bool		isnull = false;
+		Datum		id;
 
+		id = Int64GetDatum(stage_row(topic, payloads[i], true, key,
+									 has_key ? key_hash(key) : NULL,
+									 nheaders >= 0 && !header_nulls[i] ?
+									 DatumGetJsonbP(headers[i]) : NULL,
+									 delay, scope));
 		tuplestore_putvalues(store, tupdesc, &id, &isnull);
 	}
-	SPI_finish();
+	direct_close(&queue);
 	idem_count(IDEM_STAT_OUTBOX_STAGED, npayloads);
 	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
 	return (Datum) 0;

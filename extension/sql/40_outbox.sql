@@ -148,7 +148,7 @@ RETURNS SETOF bigint
 AS 'MODULE_PATHNAME', 'idem_outbox_stage_batch'
 LANGUAGE C VOLATILE ROWS 100;
 COMMENT ON FUNCTION idem_outbox_stage_batch(text, jsonb[], text[], jsonb[], interval) IS
-    'stage one event per payload in one INSERT, in array order; returns their ids in that order';
+    'stage one event per payload in one call, in array order; returns their ids in that order';
 
 CREATE FUNCTION idem_outbox_claim(batch integer, lease interval DEFAULT NULL)
 RETURNS TABLE (id bigint, topic text, key text, payload jsonb, payload_bytes bytea,

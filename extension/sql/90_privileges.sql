@@ -11,8 +11,9 @@
 --    (SECURITY DEFINER) with search_path pinned to pg_catalog, pg_temp, so
 --    no caller-created operator or function can be resolved inside them.
 --    None builds SQL from its arguments.
---  * Except the claim hot path (direct_functions): those run no SQL text
---    at all (key_table.c reads and writes idem_keys directly) and switch
+--  * Except the hot paths (direct_functions: the claims, staging outbox
+--    events): those run no SQL text at all (direct_table.c reads and writes
+--    idem_keys and idem_outbox_queue directly) and switch
 --    to the table's owner in C around the table access, so they need
 --    neither definer rights nor a pinned search_path, whose GUC nesting
 --    level per call was a measurable part of a claim.
@@ -43,7 +44,9 @@ DECLARE
     -- The claim hot path: direct table access as the owner, no SQL text.
     direct_functions CONSTANT pg_catalog.name[] := ARRAY[
         'idem_claim', 'idem_begin', 'idem_lookup', 'idem_renew',
-        'idem_finalize', 'idem_release', 'idem_fail', 'idem_evict']::pg_catalog.name[];
+        'idem_finalize', 'idem_release', 'idem_fail', 'idem_evict',
+        'idem_outbox_stage', 'idem_outbox_stage_bytes',
+        'idem_outbox_stage_batch']::pg_catalog.name[];
     -- Pure functions of their arguments: no table, no need for definer rights.
     pure_functions CONSTANT pg_catalog.name[] := ARRAY[
         'idem_key', 'idem_request_hash', 'idem_attempt_object_key',

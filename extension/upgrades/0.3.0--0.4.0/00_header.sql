@@ -3,9 +3,9 @@
 -- an expression run by the script is OPERATOR(pg_catalog.op): the script
 -- runs as a superuser in a schema other roles may create objects in.
 --
--- 0.4.0 changes no table.  The claim hot path (idem_claim, idem_begin,
+-- 0.4.0 changes no table.  The hot paths (idem_claim, idem_begin,
 -- idem_lookup, idem_renew, idem_finalize, idem_release, idem_fail,
--- idem_evict) now reads and writes idem_keys directly and switches to the
+-- idem_evict, and outbox staging) read and write their tables directly and switch to the
 -- table's owner inside C, so those functions lose SECURITY DEFINER and
 -- their pinned search_path: the privileges piece (90_privileges.sql, run
 -- after this file) resets them.
