@@ -305,7 +305,7 @@ static void
 claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 		  ClaimAnswer *answer)
 {
-	KeyTable   *table = key_table_open(namespace, false);
+	KeyTable   *table = key_table_open(namespace, DIRECT_READ);
 	int			attempts = 0;
 	IdemWaiter	waiter;
 	bool		waiting = false;
@@ -314,6 +314,7 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 	{
 		Verdict		verdict;
 		const char *outcome;
+		KeyWrite	written;
 		KeyRow	   *row = &answer->row;
 
 		CHECK_FOR_INTERRUPTS();
@@ -325,13 +326,17 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 			row->cache_key = req->cache_key;
 			row->scope = req->scope;
 			own_row(table, row, req);
-			if (key_table_insert(table, row))
+			written = key_table_insert(table, row);
+			if (written == KEY_WRITTEN)
 			{
 				won(answer, "claimed", row);
 				break;
 			}
-			attempts++;
-			continue;			/* someone inserted it first: read theirs */
+			if (written == KEY_STALE)
+				table = key_table_reopen(table, namespace);
+			else
+				attempts++;		/* someone inserted it first: read theirs */
+			continue;
 		}
 		answer->has_row = true;
 		verdict = decide(answer, req->request_hash);
@@ -368,13 +373,16 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 		 */
 		outcome = answer->outcome;
 		own_row(table, row, req);
-		if (key_table_update(table, row) == KEY_WRITTEN)
+		written = key_table_update(table, row);
+		if (written == KEY_WRITTEN)
 		{
 			won(answer, outcome, row);
 			break;
 		}
-		/* The key changed between our read and our write: read it again. */
-		attempts++;
+		if (written == KEY_STALE)
+			table = key_table_reopen(table, namespace);
+		else
+			attempts++;			/* the key changed between our read and our write */
 	}
 
 	if (waiting)
@@ -573,7 +581,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 	ClaimAnswer answer;
 
 	reset_answer(&answer);
-	table = key_table_open(namespace, false);
+	table = key_table_open(namespace, DIRECT_READ);
 	if (!key_table_read(table, cache_key, KEY_MATCH_SCOPE, scope, false, &answer.row))
 		answer.outcome = "absent";
 	else

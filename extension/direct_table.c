@@ -60,16 +60,24 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
+#include "access/transam.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#if PG_VERSION_NUM >= 160000
+#include "parser/parse_relation.h"
+#endif
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -105,10 +113,13 @@ invalidate_relation(Datum arg, Oid relid)
 
 /*
  * A call that raised an error never reached direct_close: its slots may
- * point at buffers the abort unpinned, so the kept state is dropped.
+ * point at buffers the abort unpinned, so the kept state is dropped.  A
+ * subtransaction's abort ends only the calls it began: one begun by a
+ * trigger inside a call, or a PL/pgSQL exception block there, leaves the
+ * outer call running.
  */
 static void
-forget_aborted_calls(void)
+forget_aborted_calls(bool top, SubTransactionId subid)
 {
 	int			t;
 
@@ -116,11 +127,12 @@ forget_aborted_calls(void)
 	{
 		DirectTable *dt = tables[t];
 
-		if (dt->in_use)
+		if (dt->in_use && (top || dt->open_subid == subid))
 		{
 			dt->in_use = false;
 			dt->query_started = false;
 			dt->scan = NULL;
+			dt->guc_level = 0;
 			dt->stale = true;
 		}
 	}
@@ -130,7 +142,7 @@ static void
 xact_callback(XactEvent event, void *arg)
 {
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		forget_aborted_calls();
+		forget_aborted_calls(true, InvalidSubTransactionId);
 }
 
 static void
@@ -138,7 +150,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				 SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-		forget_aborted_calls();
+		forget_aborted_calls(false, mySubid);
 }
 
 static void
@@ -207,19 +219,88 @@ map_columns(DirectTable *dt, Relation rel)
 	}
 }
 
+/* Is funcid somebody else's: neither built in nor pg_idem's? */
+static bool
+is_foreign_function(Oid funcid, void *context)
+{
+	return funcid >= FirstNormalObjectId &&
+		getExtensionOfObject(ProcedureRelationId, funcid) != *(Oid *) context;
+}
+
+static bool
+calls_foreign_function(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, is_foreign_function, context))
+		return true;
+	return expression_tree_walker(node, calls_foreign_function, context);
+}
+
+/*
+ * Does code somebody else wrote run inside a write: a trigger a DBA added,
+ * or a function of theirs in a CHECK, a default, a generated column, an
+ * index expression or predicate, a trigger's WHEN?  Such code may resolve
+ * names with the search_path when it runs, and it runs as the table's
+ * owner: those calls pin search_path to pg_catalog, pg_temp, as SECURITY
+ * DEFINER ... SET search_path did.  pg_idem's own tables have none, so
+ * their calls pay nothing for it.
+ */
+static bool
+has_foreign_code(Relation rel)
+{
+	Oid			extension = get_extension_oid("pg_idem", false);
+	TupleConstr *constr = rel->rd_att->constr;
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	int			i;
+
+	if (constr != NULL)
+	{
+		for (i = 0; i < constr->num_check; i++)
+			if (calls_foreign_function(stringToNode(constr->check[i].ccbin), &extension))
+				return true;
+		for (i = 0; i < constr->num_defval; i++)
+			if (calls_foreign_function(stringToNode(constr->defval[i].adbin), &extension))
+				return true;
+	}
+	if (rel->trigdesc != NULL)
+		for (i = 0; i < rel->trigdesc->numtriggers; i++)
+		{
+			Trigger    *trigger = &rel->trigdesc->triggers[i];
+
+			if (is_foreign_function(trigger->tgfoid, &extension) ||
+				(trigger->tgqual != NULL &&
+				 calls_foreign_function(stringToNode(trigger->tgqual), &extension)))
+				return true;
+		}
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		bool		foreign = calls_foreign_function((Node *) RelationGetIndexExpressions(index), &extension) ||
+			calls_foreign_function((Node *) RelationGetIndexPredicate(index), &extension);
+
+		for (i = 0; i < index->rd_index->indnkeyatts && !foreign; i++)
+			foreign = index->rd_opcintype[i] >= FirstNormalObjectId ||
+				index->rd_opfamily[i] >= FirstNormalObjectId;
+		index_close(index, AccessShareLock);
+		if (foreign)
+			return true;
+	}
+	return false;
+}
+
 /*
  * What an INSERT naming only the columns the caller sets would give the
  * others: their default, computed per new row (prepared here once).
  * Stored generated columns are recomputed by every write (they are all
- * marked as depending on the update), and every declared column counts as
- * updated for column-specific triggers.
+ * marked as depending on the update).
  */
 static void
 prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			i;
-	int			c;
 
 	dt->ndefaults = 0;
 	dt->default_attnums = palloc(sizeof(AttrNumber) * Max(desc->natts, 1));
@@ -233,8 +314,10 @@ prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 			continue;
 		if (att->attgenerated)
 		{
+#if PG_VERSION_NUM < 160000
 			rte->extraUpdatedCols = bms_add_member(rte->extraUpdatedCols,
 												   att->attnum - FirstLowInvalidHeapAttributeNumber);
+#endif
 			continue;
 		}
 		expr = build_column_default(rel, att->attnum);
@@ -244,10 +327,6 @@ prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 		dt->default_exprs[dt->ndefaults] = ExecPrepareExpr((Expr *) expr, dt->estate);
 		dt->ndefaults++;
 	}
-	for (c = 0; c < dt->ncolumns; c++)
-		if (dt->attnum[c] != 0)
-			rte->updatedCols = bms_add_member(rte->updatedCols,
-											  dt->attnum[c] - FirstLowInvalidHeapAttributeNumber);
 }
 
 /* Rebuild the kept state for rel, the schema's table. */
@@ -258,11 +337,13 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 	RangeTblEntry *rte;
 	int			i;
 
+	/* An invalidation during the build (it takes locks) makes it stale again. */
 	dt->built = false;
+	dt->stale = false;
 	if (dt->context != NULL)
 		MemoryContextDelete(dt->context);
-	dt->context = AllocSetContextCreate(TopMemoryContext, "pg_idem direct table access",
-										ALLOCSET_SMALL_SIZES);
+	dt->context = AllocSetContextCreate(dt->transient ? CurrentMemoryContext : TopMemoryContext,
+										"pg_idem direct table access", ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(dt->context);
 
 	dt->namespace = namespace;
@@ -276,21 +357,32 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem table %s has no primary key", dt->relname)));
 
+	dt->pin_search_path = has_foreign_code(rel);
 	dt->desc = CreateTupleDescCopyConstr(RelationGetDescr(rel));
 	dt->assigned = palloc0(sizeof(bool) * Max(dt->desc->natts, 1));
+	dt->old_values = palloc0(sizeof(Datum) * Max(dt->desc->natts, 1));
+	dt->old_nulls = palloc0(sizeof(bool) * Max(dt->desc->natts, 1));
 	dt->estate = CreateExecutorState();
 	rte = makeNode(RangeTblEntry);
 	rte->rtekind = RTE_RELATION;
 	rte->relid = dt->relid;
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
+	dt->rte = rte;
 #if PG_VERSION_NUM >= 160000
-	ExecInitRangeTable(dt->estate, list_make1(rte), NIL);
+	{
+		List	   *perminfos = NIL;
+
+		(void) addRTEPermissionInfo(&perminfos, rte);
+		ExecInitRangeTable(dt->estate, list_make1(rte), perminfos);
+	}
 #else
 	ExecInitRangeTable(dt->estate, list_make1(rte));
 #endif
 	dt->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(dt->rri, rel, 1, NULL, 0);
+	/* So that AFTER trigger firing finds it instead of making one per call. */
+	dt->estate->es_opened_result_relations = list_make1(dt->rri);
 
 	/* Index information for speculative insertion, built once. */
 	ExecOpenIndices(dt->rri, true);
@@ -324,31 +416,46 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 	dt->conflict_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
 	/* The trigger calls' slots, kept in the ResultRelInfo: over the copy too. */
 	dt->rri->ri_TrigOldSlot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
-	dt->rri->ri_TrigNewSlot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsVirtual);
+	dt->rri->ri_TrigNewSlot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
 
 	MemoryContextSwitchTo(old);
-	dt->stale = false;
 	dt->built = true;
 }
 
 /*
  * Open the schema's table for one call: lock it as the statement would
- * (for_write: as an UPDATE; otherwise as a SELECT, and as an INSERT or
- * UPDATE from the first write on), rebuild the kept state if needed, and
- * switch to the table's owner.  Every open is paired with direct_close;
- * an error in between ends the call (see forget_aborted_calls).
+ * (DIRECT_READ: as a SELECT, and as an INSERT or UPDATE from the first
+ * write on), rebuild the kept state if needed, and switch to the table's
+ * owner.  Every open is paired with direct_close; an error in between
+ * ends the call (see forget_aborted_calls).  A call made inside another
+ * call on the same table (by a trigger on it) gets a state of its own for
+ * its duration: the returned one.
  */
-void
-direct_open(DirectTable *dt, Oid namespace, bool for_write)
+DirectTable *
+direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 {
-	LOCKMODE	lockmode = for_write ? RowExclusiveLock : AccessShareLock;
+	DirectTable *dt = kept;
+	LOCKMODE	lockmode = access == DIRECT_READ ? AccessShareLock : RowExclusiveLock;
 	Relation	rel = NULL;
 	int			i;
 
-	if (!dt->registered)
-		register_table(dt);
-	if (dt->in_use)
-		elog(ERROR, "pg_idem: table %s is already in use by this call", dt->relname);
+	if (!kept->registered)
+		register_table(kept);
+	if (access != DIRECT_READ)
+	{
+		const char *command = access == DIRECT_INSERT ? "INSERT" : "UPDATE";
+
+		PreventCommandIfReadOnly(command);
+		PreventCommandIfParallelMode(command);
+	}
+	if (kept->in_use)
+	{
+		dt = palloc0(sizeof(DirectTable));
+		dt->relname = kept->relname;
+		dt->columns = kept->columns;
+		dt->ncolumns = kept->ncolumns;
+		dt->transient = true;
+	}
 
 	/* The kept OID may name a table dropped since: then look it up again. */
 	if (dt->built && !dt->stale && dt->namespace == namespace)
@@ -360,20 +467,50 @@ direct_open(DirectTable *dt, Oid namespace, bool for_write)
 	GetUserIdAndSecContext(&dt->save_userid, &dt->save_sec_context);
 	SetUserIdAndSecContext(rel->rd_rel->relowner, dt->save_sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE | SECURITY_NOFORCE_RLS);
-	if (!dt->built || dt->stale || dt->namespace != namespace ||
-		dt->relid != RelationGetRelid(rel))
-		build(dt, rel, namespace);
+
+	/*
+	 * Rebuild until the state is as new as the catalogs once every lock of
+	 * the call's is held: taking one can deliver an invalidation.
+	 */
+	for (;;)
+	{
+		if (!dt->built || dt->stale || dt->namespace != namespace ||
+			dt->relid != RelationGetRelid(rel))
+			build(dt, rel, namespace);
+		dt->rri->ri_RelationDesc = rel;
+		for (i = 0; i < dt->nindexes; i++)
+			dt->rri->ri_IndexRelationDescs[i] = index_open(dt->index_oids[i], lockmode);
+		if (!dt->stale)
+			break;
+		for (i = 0; i < dt->nindexes; i++)
+			index_close(dt->rri->ri_IndexRelationDescs[i], NoLock);
+	}
 
 	dt->rel = rel;
-	dt->rri->ri_RelationDesc = rel;
-	for (i = 0; i < dt->nindexes; i++)
-		dt->rri->ri_IndexRelationDescs[i] = index_open(dt->index_oids[i], lockmode);
+	/*
+	 * A trigger's function is looked up afresh in every call: its FmgrInfo
+	 * caches (PL/pgSQL's compiled function, say) live in the memory of the
+	 * call that first fired it.
+	 */
+	if (dt->rri->ri_TrigDesc != NULL)
+		memset(dt->rri->ri_TrigFunctions, 0,
+			   sizeof(FmgrInfo) * dt->rri->ri_TrigDesc->numtriggers);
 	dt->estate->es_trig_target_relations = NIL;
 	dt->query_started = false;
-	dt->write_locked = for_write;
+	dt->write_locked = access != DIRECT_READ;
 	dt->snapshot = NULL;
 	dt->scan = NULL;
+	dt->guc_level = 0;
+	if (dt->pin_search_path)
+	{
+		dt->guc_level = NewGUCNestLevel();
+		(void) set_config_option("search_path", "pg_catalog, pg_temp",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+	}
+	dt->open_subid = GetCurrentSubTransactionId();
 	dt->in_use = true;
+	return dt;
 }
 
 /* End a call: queue the deferred trigger events, release everything. */
@@ -398,8 +535,13 @@ direct_close(DirectTable *dt)
 		table_close(rinfo->ri_RelationDesc, NoLock);
 	}
 	estate->es_trig_target_relations = NIL;
-	ExecResetTupleTable(estate->es_tupleTable, false);
+	ExecResetTupleTable(estate->es_tupleTable, true);
 	estate->es_tupleTable = NIL;
+#if PG_VERSION_NUM >= 160000
+	getRTEPermissionInfo(estate->es_rteperminfos, dt->rte)->updatedCols = NULL;
+#else
+	dt->rte->updatedCols = NULL;
+#endif
 
 	ExecClearTuple(dt->read_slot);
 	ExecClearTuple(dt->new_slot);
@@ -413,40 +555,62 @@ direct_close(DirectTable *dt)
 	table_close(dt->rel, NoLock);
 	dt->rel = NULL;
 
+	if (dt->guc_level != 0)
+		AtEOXact_GUC(true, dt->guc_level);
+	dt->guc_level = 0;
 	SetUserIdAndSecContext(dt->save_userid, dt->save_sec_context);
 	dt->in_use = false;
+	if (dt->transient)
+	{
+		MemoryContextDelete(dt->context);
+		pfree(dt);
+	}
+}
+
+/* How many columns the table's primary key has. */
+int
+direct_key_columns(DirectTable *dt)
+{
+	return dt->rri->ri_IndexRelationDescs[dt->pk_index]->rd_index->indnkeyatts;
 }
 
 /*
- * Start reading the rows whose primary key's first column equals
- * first_key.  fresh_snapshot: as a volatile statement reads (the command
+ * Start reading the rows whose primary key's first nkeys columns equal
+ * keys.  fresh_snapshot: as a volatile statement reads (the command
  * counter advanced, a new snapshot under READ COMMITTED); otherwise with
- * the calling statement's snapshot, as a stable function reads.
+ * the snapshot of the call's previous read, or at first the calling
+ * statement's, as a stable function reads.
  */
 void
-direct_scan_begin(DirectTable *dt, Datum first_key, bool fresh_snapshot)
+direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snapshot)
 {
 	Relation	index = dt->rri->ri_IndexRelationDescs[dt->pk_index];
-	ScanKeyData skey;
-	Oid			opfamily = index->rd_opfamily[0];
-	Oid			opcintype = index->rd_opcintype[0];
-	Oid			eq = get_opfamily_member(opfamily, opcintype, opcintype, BTEqualStrategyNumber);
+	ScanKeyData skey[INDEX_MAX_KEYS];
+	int			k;
 
-	if (!OidIsValid(eq))
-		elog(ERROR, "pg_idem: no equality operator for the primary key of %s", dt->relname);
+	Assert(nkeys >= 1 && nkeys <= direct_key_columns(dt));
+	for (k = 0; k < nkeys; k++)
+	{
+		Oid			opcintype = index->rd_opcintype[k];
+		Oid			eq = get_opfamily_member(index->rd_opfamily[k], opcintype, opcintype,
+											 BTEqualStrategyNumber);
+
+		if (!OidIsValid(eq))
+			elog(ERROR, "pg_idem: no equality operator for the primary key of %s", dt->relname);
+		ScanKeyEntryInitialize(&skey[k], 0, k + 1, BTEqualStrategyNumber, opcintype,
+							   index->rd_indcollation[k], get_opcode(eq), keys[k]);
+	}
 	if (fresh_snapshot)
 	{
 		CommandCounterIncrement();
 		dt->snapshot = GetTransactionSnapshot();
 	}
-	else
+	else if (dt->snapshot == NULL)
 		dt->snapshot = GetActiveSnapshot();
 	dt->estate->es_snapshot = dt->snapshot;
 
-	ScanKeyEntryInitialize(&skey, 0, 1, BTEqualStrategyNumber, opcintype,
-						   index->rd_indcollation[0], get_opcode(eq), first_key);
-	dt->scan = index_beginscan(dt->rel, index, dt->snapshot, 1, 0);
-	index_rescan(dt->scan, &skey, 1, NULL, 0);
+	dt->scan = index_beginscan(dt->rel, index, dt->snapshot, nkeys, 0);
+	index_rescan(dt->scan, skey, nkeys, NULL, 0);
 }
 
 /*
@@ -501,6 +665,8 @@ direct_new_row(DirectTable *dt, HeapTuple old)
 	if (old != NULL)
 	{
 		heap_deform_tuple(old, dt->desc, slot->tts_values, slot->tts_isnull);
+		memcpy(dt->old_values, slot->tts_values, sizeof(Datum) * natts);
+		memcpy(dt->old_nulls, slot->tts_isnull, sizeof(bool) * natts);
 		memset(dt->assigned, true, sizeof(bool) * natts);
 	}
 	else
@@ -526,27 +692,34 @@ direct_set(DirectTable *dt, int column, Datum value, bool isnull)
 }
 
 /*
- * What every write does first: the writer's locks (a follower that only
- * read holds no more than a SELECT would), a command id, the trigger
- * query level.
+ * What every write does first: the writer's locks (a call that only read
+ * holds no more than a SELECT would), a command id, the trigger query
+ * level.  False when taking the writer's locks delivered an invalidation
+ * of the table (an index or a trigger created while this call read): the
+ * kept index list is older than the lock, so nothing may be written with
+ * it; the caller reopens the table, which rebuilds, and starts over.
  */
-static void
-start_write(DirectTable *dt)
+static bool
+start_write(DirectTable *dt, const char *command)
 {
 	int			i;
 
+	if (!dt->write_locked)
+	{
+		PreventCommandIfReadOnly(command);
+		PreventCommandIfParallelMode(command);
+		LockRelationOid(dt->relid, RowExclusiveLock);
+		for (i = 0; i < dt->nindexes; i++)
+			LockRelationOid(dt->index_oids[i], RowExclusiveLock);
+		dt->write_locked = true;
+		if (dt->stale)
+			return false;
+	}
 	/* An insert that read nothing first: the statement's snapshot. */
 	if (dt->snapshot == NULL)
 	{
 		dt->snapshot = GetActiveSnapshot();
 		dt->estate->es_snapshot = dt->snapshot;
-	}
-	if (!dt->write_locked)
-	{
-		LockRelationOid(dt->relid, RowExclusiveLock);
-		for (i = 0; i < dt->nindexes; i++)
-			LockRelationOid(dt->index_oids[i], RowExclusiveLock);
-		dt->write_locked = true;
 	}
 	dt->estate->es_output_cid = GetCurrentCommandId(true);
 	if (!dt->query_started)
@@ -555,6 +728,7 @@ start_write(DirectTable *dt)
 		dt->query_started = true;
 	}
 	ResetPerTupleExprContext(dt->estate);
+	return true;
 }
 
 /* The defaults of the columns the caller did not set, into the new row. */
@@ -599,59 +773,45 @@ check_conflict_visible(DirectTable *dt, ItemPointer tid)
 	ExecClearTuple(slot);
 }
 
-/*
- * Insert the row started by direct_new_row.  on_conflict_do_nothing: as
- * INSERT ... ON CONFLICT (primary key) DO NOTHING would, false when a row
- * with the key exists (after waiting for an in-flight insert of it to
- * commit); otherwise as a plain INSERT (a duplicate key is an error).
- * *tid: where the row went; the new slot keeps its values (defaults
- * included) until the next write.
- */
-bool
-direct_insert(DirectTable *dt, bool on_conflict_do_nothing, ItemPointer tid)
+/* A plain INSERT of the new slot's row. */
+static DirectWrite
+insert_plain(DirectTable *dt, ItemPointer tid)
+{
+	EState	   *estate = dt->estate;
+	TupleTableSlot *slot = dt->new_slot;
+	List	   *recheck;
+
+	table_tuple_insert(dt->rel, slot, estate->es_output_cid, 0, NULL);
+#if PG_VERSION_NUM >= 160000
+	recheck = ExecInsertIndexTuples(dt->rri, slot, estate, false, false, NULL, NIL, false);
+#else
+	recheck = ExecInsertIndexTuples(dt->rri, slot, estate, false, false, NULL, NIL);
+#endif
+	ExecARInsertTriggers(estate, dt->rri, slot, recheck, NULL);
+	list_free(recheck);
+	*tid = slot->tts_tid;
+	return DIRECT_WRITTEN;
+}
+
+/* ON CONFLICT DO NOTHING's speculative insertion of the new slot's row. */
+static DirectWrite
+insert_speculative(DirectTable *dt, ItemPointer tid)
 {
 	EState	   *estate = dt->estate;
 	ResultRelInfo *rri = dt->rri;
 	TupleTableSlot *slot = dt->new_slot;
-	List	   *recheck;
-
-	start_write(dt);
-	if (dt->ndefaults > 0)
-		compute_defaults(dt, slot);
-	ExecStoreVirtualTuple(slot);
-	/* A BEFORE trigger that skips the row: nothing inserted, as in SQL. */
-	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_insert_before_row &&
-		!ExecBRInsertTriggers(estate, rri, slot))
-		return false;
-	if (dt->rel->rd_att->constr && dt->rel->rd_att->constr->has_generated_stored)
-		ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
-	if (dt->rel->rd_att->constr)
-		ExecConstraints(rri, slot, estate);
-
-	if (!on_conflict_do_nothing)
-	{
-		table_tuple_insert(dt->rel, slot, estate->es_output_cid, 0, NULL);
-#if PG_VERSION_NUM >= 160000
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL, false);
-#else
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, false, NULL, NIL);
-#endif
-		ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
-		list_free(recheck);
-		*tid = slot->tts_tid;
-		return true;
-	}
 
 	for (;;)
 	{
 		ItemPointerData conflict;
 		uint32		token;
 		bool		spec_conflict = false;
+		List	   *recheck;
 
 		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, dt->arbiters))
 		{
 			check_conflict_visible(dt, &conflict);
-			return false;
+			return DIRECT_CHANGED;
 		}
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(dt->rel, slot, estate->es_output_cid, 0, NULL, token);
@@ -669,11 +829,83 @@ direct_insert(DirectTable *dt, bool on_conflict_do_nothing, ItemPointer tid)
 			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
 			list_free(recheck);
 			*tid = slot->tts_tid;
-			return true;
+			return DIRECT_WRITTEN;
 		}
 		/* Lost a race with a concurrent insert: check again (and wait). */
 		list_free(recheck);
 	}
+}
+
+/*
+ * Insert the row started by direct_new_row.  on_conflict_do_nothing: as
+ * INSERT ... ON CONFLICT (primary key) DO NOTHING would, DIRECT_CHANGED
+ * when a row with the key exists (after waiting for an in-flight insert of
+ * it to commit); otherwise as a plain INSERT (a duplicate key is an
+ * error).  *tid: where the row went; the new slot keeps its values
+ * (defaults included) until the next write.  Statement-level triggers
+ * fire around the row, as for a one-row INSERT.
+ */
+DirectWrite
+direct_insert(DirectTable *dt, bool on_conflict_do_nothing, ItemPointer tid)
+{
+	EState	   *estate = dt->estate;
+	ResultRelInfo *rri = dt->rri;
+	TriggerDesc *trigdesc = rri->ri_TrigDesc;
+	TupleTableSlot *slot = dt->new_slot;
+	DirectWrite result = DIRECT_WRITTEN;
+
+	if (!start_write(dt, "INSERT"))
+		return DIRECT_STALE;
+	if (trigdesc && trigdesc->trig_insert_before_statement)
+		ExecBSInsertTriggers(estate, rri);
+	if (dt->ndefaults > 0)
+		compute_defaults(dt, slot);
+	ExecStoreVirtualTuple(slot);
+	/* A BEFORE trigger that skips the row: nothing inserted, as in SQL. */
+	if (trigdesc && trigdesc->trig_insert_before_row &&
+		!ExecBRInsertTriggers(estate, rri, slot))
+		result = DIRECT_CHANGED;
+	else
+	{
+		if (dt->rel->rd_att->constr && dt->rel->rd_att->constr->has_generated_stored)
+			ExecComputeStoredGenerated(rri, estate, slot, CMD_INSERT);
+		if (dt->rel->rd_att->constr)
+			ExecConstraints(rri, slot, estate);
+		result = on_conflict_do_nothing ? insert_speculative(dt, tid) : insert_plain(dt, tid);
+	}
+	if (trigdesc && trigdesc->trig_insert_after_statement)
+		ExecASInsertTriggers(estate, rri, NULL);
+	return result;
+}
+
+/*
+ * The columns this update changes, as the SET list of the statement it
+ * stands for would name them: for column-specific triggers (UPDATE OF)
+ * and the index AM's hint that an index's key is unchanged.
+ */
+static void
+note_updated_columns(DirectTable *dt)
+{
+	TupleTableSlot *slot = dt->new_slot;
+	Bitmapset  *changed = NULL;
+	int			i;
+
+	for (i = 0; i < dt->desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(dt->desc, i);
+
+		if (att->attisdropped || att->attgenerated)
+			continue;
+		if (slot->tts_isnull[i] != dt->old_nulls[i] ||
+			(!slot->tts_isnull[i] &&
+			 !datumIsEqual(slot->tts_values[i], dt->old_values[i], att->attbyval, att->attlen)))
+			changed = bms_add_member(changed, att->attnum - FirstLowInvalidHeapAttributeNumber);
+	}
+#if PG_VERSION_NUM >= 160000
+	getRTEPermissionInfo(dt->estate->es_rteperminfos, dt->rte)->updatedCols = changed;
+#else
+	dt->rte->updatedCols = changed;
+#endif
 }
 
 /*
@@ -704,7 +936,11 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 				 errmsg("pg_idem table %s has a BEFORE UPDATE trigger", dt->relname),
 				 errdetail("pg_idem updates it directly, and a BEFORE UPDATE trigger could change the row after pg_idem decided on it."),
 				 errhint("Use an AFTER trigger.")));
-	start_write(dt);
+	if (!start_write(dt, "UPDATE"))
+		return DIRECT_STALE;
+	note_updated_columns(dt);
+	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_update_before_statement)
+		ExecBSUpdateTriggers(estate, rri);
 	ExecStoreVirtualTuple(slot);
 	if (dt->rel->rd_att->constr && dt->rel->rd_att->constr->has_generated_stored)
 		ExecComputeStoredGenerated(rri, estate, slot, CMD_UPDATE);
@@ -749,6 +985,8 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 	ExecARUpdateTriggers(estate, rri, NULL, NULL, old_tid, NULL, slot, recheck,
 						 NULL, false);
 	list_free(recheck);
+	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_update_after_statement)
+		ExecASUpdateTriggers(estate, rri, NULL);
 	*new_tid = slot->tts_tid;
 	return DIRECT_WRITTEN;
 }

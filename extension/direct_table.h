@@ -20,6 +20,14 @@
 
 #define DIRECT_MAX_COLUMNS 24
 
+/* How a call will use the table: the lock it takes at open. */
+typedef enum DirectAccess
+{
+	DIRECT_READ,				/* a SELECT's lock; a write upgrades it */
+	DIRECT_UPDATE,				/* an UPDATE's lock, from the start */
+	DIRECT_INSERT				/* an INSERT's lock, from the start */
+} DirectAccess;
+
 /* A column the module that owns the table reads or writes. */
 typedef struct DirectColumn
 {
@@ -41,8 +49,10 @@ typedef struct DirectTable
 
 	/* Kept across calls; rebuilt when stale. */
 	bool		registered;
+	bool		transient;		/* a nested call's own state, freed at close */
 	bool		built;
 	bool		stale;
+	bool		pin_search_path;	/* code of somebody else's runs inside */
 	Oid			namespace;
 	Oid			relid;
 	Oid			indexid;		/* the primary key */
@@ -59,12 +69,17 @@ typedef struct DirectTable
 	int			ndefaults;
 	AttrNumber *default_attnums;
 	ExprState **default_exprs;
+	RangeTblEntry *rte;
+	Datum	   *old_values;		/* the version an update replaces */
+	bool	   *old_nulls;
 	TupleTableSlot *read_slot;
 	TupleTableSlot *new_slot;
 	TupleTableSlot *conflict_slot;
 
 	/* This call's. */
 	bool		in_use;
+	SubTransactionId open_subid;	/* where the call began */
+	int			guc_level;		/* the pinned search_path's, or 0 */
 	bool		query_started;	/* AfterTriggerBeginQuery was called */
 	bool		write_locked;	/* RowExclusiveLock taken */
 	bool	   *assigned;		/* new_slot's columns the caller set */
@@ -75,24 +90,28 @@ typedef struct DirectTable
 	int			save_sec_context;
 } DirectTable;
 
-/* What an update did. */
+/* What a write did. */
 typedef enum DirectWrite
 {
 	DIRECT_WRITTEN,
-	DIRECT_CHANGED				/* a concurrent write came first: read again */
+	DIRECT_CHANGED,				/* a concurrent write came first: read again */
+	DIRECT_STALE				/* the table changed shape: reopen, read again */
 } DirectWrite;
 
-extern void direct_open(DirectTable *table, Oid namespace, bool for_write);
+extern DirectTable *direct_open(DirectTable *table, Oid namespace, DirectAccess access);
 extern void direct_close(DirectTable *table);
 
-extern void direct_scan_begin(DirectTable *table, Datum first_key, bool fresh_snapshot);
+extern void direct_scan_begin(DirectTable *table, int nkeys, const Datum *keys,
+							  bool fresh_snapshot);
+extern int	direct_key_columns(DirectTable *table);
 extern HeapTuple direct_scan_next(DirectTable *table);
 extern void direct_scan_end(DirectTable *table);
 extern void direct_deform(DirectTable *table, HeapTuple tuple, Datum *values, bool *nulls);
 
 extern TupleTableSlot *direct_new_row(DirectTable *table, HeapTuple old);
 extern void direct_set(DirectTable *table, int column, Datum value, bool isnull);
-extern bool direct_insert(DirectTable *table, bool on_conflict_do_nothing, ItemPointer tid);
+extern DirectWrite direct_insert(DirectTable *table, bool on_conflict_do_nothing,
+								 ItemPointer tid);
 extern DirectWrite direct_update(DirectTable *table, ItemPointer old_tid, ItemPointer new_tid);
 
 /* The attribute number of a declared column (0: absent). */

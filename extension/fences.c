@@ -51,7 +51,7 @@ fenced_write(FunctionCallInfo fcinfo, FenceChange change, const void *arg, KeyRo
 {
 	bytea	   *cache_key = PG_GETARG_BYTEA_PP(0);
 	pg_uuid_t  *claim_id = PG_GETARG_UUID_P(1);
-	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), true);
+	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), DIRECT_UPDATE);
 	bool		written = false;
 
 	for (;;)

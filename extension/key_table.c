@@ -71,16 +71,32 @@ static DirectTable keys = {"idem_keys", key_columns, NCOLUMNS};
 
 /* Open the schema's idem_keys for one call (see direct_open). */
 KeyTable *
-key_table_open(Oid namespace, bool for_write)
+key_table_open(Oid namespace, DirectAccess access)
 {
-	direct_open(&keys, namespace, for_write);
-	if (direct_attnum(&keys, COL_CACHE_KEY) !=
-		keys.rri->ri_IndexRelationDescs[keys.pk_index]->rd_index->indkey.values[0])
+	KeyTable   *table = direct_open(&keys, namespace, access);
+
+	if (direct_attnum(table, COL_CACHE_KEY) !=
+		table->rri->ri_IndexRelationDescs[table->pk_index]->rd_index->indkey.values[0] ||
+		(direct_attnum(table, COL_SCOPE) != 0 && direct_key_columns(table) == 2 &&
+		 direct_attnum(table, COL_SCOPE) !=
+		 table->rri->ri_IndexRelationDescs[table->pk_index]->rd_index->indkey.values[1]))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem table idem_keys has an unexpected primary key"),
-				 errdetail("Its primary key must start with cache_key.")));
-	return &keys;
+				 errdetail("Its primary key must be (cache_key, scope), or (cache_key) before 0.3.0.")));
+	return table;
+}
+
+/*
+ * After KEY_STALE: the table changed shape while this call only read it.
+ * Reopen it (as a writer now: the call is about to write), which rebuilds
+ * the kept state; the caller reads and decides again.
+ */
+KeyTable *
+key_table_reopen(KeyTable *table, Oid namespace)
+{
+	key_table_close(table);
+	return key_table_open(namespace, DIRECT_UPDATE);
 }
 
 void
@@ -179,14 +195,10 @@ row_matches(KeyRow *row, KeyMatch match, const void *arg, bool *fallback)
 	return false;
 }
 
-/*
- * Read a row of cache_key (see KeyMatch) into *row; false when there is
- * none.  fresh_snapshot: as a volatile statement reads; otherwise with the
- * calling statement's snapshot, as a stable function reads.
- */
-bool
-key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match, const void *arg,
-			   bool fresh_snapshot, KeyRow *row)
+/* Scan the rows of the first nkeys primary-key columns for match. */
+static bool
+scan_rows(KeyTable *table, int nkeys, const Datum *keys, KeyMatch match, const void *arg,
+		  bool fresh_snapshot, KeyRow *row)
 {
 	KeyRow		candidate;
 	HeapTuple	tuple;
@@ -194,7 +206,7 @@ key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match, const void *ar
 	bool		have_fallback = false;
 	bool		fallback;
 
-	direct_scan_begin(table, PointerGetDatum(cache_key), fresh_snapshot);
+	direct_scan_begin(table, nkeys, keys, fresh_snapshot);
 	while ((tuple = direct_scan_next(table)) != NULL)
 	{
 		row_from_tuple(table, tuple, &candidate);
@@ -212,6 +224,34 @@ key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match, const void *ar
 	}
 	direct_scan_end(table);
 	return found || have_fallback;
+}
+
+/*
+ * Read a row of cache_key (see KeyMatch) into *row; false when there is
+ * none.  fresh_snapshot: as a volatile statement reads; otherwise with the
+ * calling statement's snapshot, as a stable function reads.  The caller's
+ * scope is probed by the whole primary key, then the row from before
+ * scopes: a claim reads, and predicate-locks, nothing of other scopes.
+ */
+bool
+key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match, const void *arg,
+			   bool fresh_snapshot, KeyRow *row)
+{
+	Datum		keys[2];
+
+	keys[0] = PointerGetDatum(cache_key);
+	if (match != KEY_MATCH_SCOPE || !key_table_has_scopes(table) ||
+		direct_key_columns(table) != 2)
+		return scan_rows(table, 1, keys, match, arg, fresh_snapshot, row);
+
+	keys[1] = PointerGetDatum(arg);
+	if (scan_rows(table, 2, keys, match, arg, fresh_snapshot, row))
+		return true;
+	if (VARSIZE_ANY_EXHDR((text *) arg) == 0)
+		return false;
+	keys[1] = PointerGetDatum(cstring_to_text(""));
+	/* The same read's second probe: the same snapshot. */
+	return scan_rows(table, 2, keys, match, arg, false, row);
 }
 
 /* The row's protocol columns, as the row to write (other columns kept). */
@@ -237,15 +277,16 @@ set_row(KeyTable *table, KeyRow *row)
 
 /*
  * Insert a new key's row, as INSERT ... ON CONFLICT (cache_key, scope) DO
- * NOTHING would; false when a row of the key and scope exists (after
- * waiting for an in-flight insert of it to commit).
+ * NOTHING would; KEY_CHANGED when a row of the key and scope exists
+ * (after waiting for an in-flight insert of it to commit), KEY_STALE as
+ * for key_table_update.
  */
-bool
+KeyWrite
 key_table_insert(KeyTable *table, KeyRow *row)
 {
 	row->tuple = NULL;
 	set_row(table, row);
-	return direct_insert(table, true, &row->tid);
+	return (KeyWrite) direct_insert(table, true, &row->tid);
 }
 
 /*
@@ -253,13 +294,14 @@ key_table_insert(KeyTable *table, KeyRow *row)
  * KEY_CHANGED when a concurrent transaction updated or deleted that
  * version first (under READ COMMITTED; 40001 otherwise): nothing was
  * written and no lock is kept, and the caller reads the key again.
+ * KEY_STALE when the table changed shape while the call only read it: the
+ * caller reopens it (key_table_reopen) and reads the key again.
  */
 KeyWrite
 key_table_update(KeyTable *table, KeyRow *row)
 {
 	set_row(table, row);
-	return direct_update(table, &row->tid, &row->tid) == DIRECT_WRITTEN ?
-		KEY_WRITTEN : KEY_CHANGED;
+	return (KeyWrite) direct_update(table, &row->tid, &row->tid);
 }
 
 /* The next value of the schema's generation sequence. */

@@ -63,21 +63,23 @@ typedef enum KeyMatch
 	KEY_MATCH_LIVE				/* the first that is not a tombstone, any scope */
 } KeyMatch;
 
-/* What a write did. */
+/* What a write did (DirectWrite's values). */
 typedef enum KeyWrite
 {
-	KEY_WRITTEN,
-	KEY_CHANGED					/* a concurrent write came first: read again */
+	KEY_WRITTEN = DIRECT_WRITTEN,
+	KEY_CHANGED = DIRECT_CHANGED,	/* a concurrent write came first: read again */
+	KEY_STALE = DIRECT_STALE	/* reopen (key_table_reopen), read again */
 } KeyWrite;
 
 typedef DirectTable KeyTable;
 
-extern KeyTable *key_table_open(Oid namespace, bool for_write);
+extern KeyTable *key_table_open(Oid namespace, DirectAccess access);
+extern KeyTable *key_table_reopen(KeyTable *table, Oid namespace);
 extern void key_table_close(KeyTable *table);
 extern bool key_table_has_scopes(KeyTable *table);
 extern bool key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match,
 						   const void *arg, bool fresh_snapshot, KeyRow *row);
-extern bool key_table_insert(KeyTable *table, KeyRow *row);
+extern KeyWrite key_table_insert(KeyTable *table, KeyRow *row);
 extern KeyWrite key_table_update(KeyTable *table, KeyRow *row);
 extern int64 key_table_next_generation(KeyTable *table);
 

@@ -7,6 +7,8 @@
  */
 #include "key_table.h"
 
+#include "miscadmin.h"
+
 PG_FUNCTION_INFO_V1(idem_evict);
 
 /*
@@ -15,26 +17,25 @@ PG_FUNCTION_INFO_V1(idem_evict);
  * tombstone without response, hash or owner: a live owner's later finalize
  * changes nothing (its fence no longer matches), and the next request
  * claims the key afresh with a higher generation.  A key used by several
- * scopes loses one row per call.
+ * scopes loses every scope's row.
  */
 Datum
 idem_evict(PG_FUNCTION_ARGS)
 {
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
-	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), true);
+	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), DIRECT_UPDATE);
 	KeyRow		row;
-	bool		evicted = false;
+	int64		evicted = 0;
 
+	/* Every scope's row of the key: each read finds one not yet a tombstone. */
 	while (key_table_read(table, cache_key, KEY_MATCH_LIVE, NULL, true, &row))
 	{
+		CHECK_FOR_INTERRUPTS();
 		key_row_make_tombstone(&row);
 		if (key_table_update(table, &row) == KEY_WRITTEN)
-		{
-			evicted = true;
-			break;
-		}
+			evicted++;
 	}
 	key_table_close(table);
-	idem_count(IDEM_STAT_EVICTED, evicted ? 1 : 0);
-	PG_RETURN_BOOL(evicted);
+	idem_count(IDEM_STAT_EVICTED, evicted);
+	PG_RETURN_BOOL(evicted > 0);
 }

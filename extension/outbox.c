@@ -212,7 +212,7 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_SCOPE] = {"scope", TEXTOID},
 };
 
-static DirectTable queue = {"idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS};
+static DirectTable queue_table = {"idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS};
 
 /* Refuse a batch size outside 1 .. max. */
 int32
@@ -304,24 +304,26 @@ check_headers(Jsonb *headers)
  * single stages and batches alike.
  */
 static int64
-stage_row(text *topic, Datum payload, bool json_payload, text *key, bytea *hash,
+stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, text *key, bytea *hash,
 		  Jsonb *headers, Interval *delay, text *scope)
 {
-	TupleTableSlot *slot = direct_new_row(&queue, NULL);
+	TupleTableSlot *slot = direct_new_row(queue, NULL);
 	TimestampTz now = GetCurrentTimestamp();
 	ItemPointerData tid;
 
-	direct_set(&queue, QUEUE_TOPIC, PointerGetDatum(topic), false);
-	direct_set(&queue, QUEUE_MESSAGE_KEY, PointerGetDatum(key), key == NULL);
-	direct_set(&queue, QUEUE_KEY_HASH, PointerGetDatum(hash), hash == NULL);
-	direct_set(&queue, QUEUE_PAYLOAD, payload, !json_payload);
-	direct_set(&queue, QUEUE_PAYLOAD_BYTES, payload, json_payload);
-	direct_set(&queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
-	direct_set(&queue, QUEUE_AVAILABLE_AT,
+	direct_set(queue, QUEUE_TOPIC, PointerGetDatum(topic), false);
+	direct_set(queue, QUEUE_MESSAGE_KEY, PointerGetDatum(key), key == NULL);
+	direct_set(queue, QUEUE_KEY_HASH, PointerGetDatum(hash), hash == NULL);
+	direct_set(queue, QUEUE_PAYLOAD, payload, !json_payload);
+	direct_set(queue, QUEUE_PAYLOAD_BYTES, payload, json_payload);
+	direct_set(queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
+	direct_set(queue, QUEUE_AVAILABLE_AT,
 			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
-	direct_set(&queue, QUEUE_SCOPE, PointerGetDatum(scope), false);
-	(void) direct_insert(&queue, false, &tid);
-	return DatumGetInt64(slot->tts_values[direct_attnum(&queue, QUEUE_ID) - 1]);
+	direct_set(queue, QUEUE_SCOPE, PointerGetDatum(scope), false);
+	/* Opened as an inserter: the table cannot have changed shape since. */
+	if (direct_insert(queue, false, &tid) != DIRECT_WRITTEN)
+		elog(ERROR, "pg_idem: outbox event not staged");
+	return DatumGetInt64(slot->tts_values[direct_attnum(queue, QUEUE_ID) - 1]);
 }
 
 /*
@@ -333,6 +335,7 @@ insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 			 text *key, Jsonb *headers, Interval *delay)
 {
 	text	   *scope = idem_current_scope();
+	DirectTable *queue;
 	int64		id;
 
 	check_topic(topic);
@@ -341,10 +344,10 @@ insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 	if (delay != NULL)
 		(void) check_non_negative(delay, "delay");
 
-	direct_open(&queue, namespace, true);
-	id = stage_row(topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
+	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	id = stage_row(queue, topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
 				   headers, delay, scope);
-	direct_close(&queue);
+	direct_close(queue);
 
 	idem_count(IDEM_STAT_OUTBOX_STAGED, 1);
 	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
@@ -461,6 +464,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 	text	   *topic;
 	Interval   *delay;
 	text	   *scope;
+	DirectTable *queue;
 	TupleDesc	tupdesc;
 	Tuplestorestate *store;
 	MemoryContext old;
@@ -517,7 +521,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 
 	/* In array order: ids follow the arrays, and so does per-key order. */
-	direct_open(&queue, namespace, true);
+	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
 	for (i = 0; i < npayloads; i++)
 	{
 		bool		has_key = nkeys >= 0 && !key_nulls[i];
@@ -525,14 +529,14 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 		bool		isnull = false;
 		Datum		id;
 
-		id = Int64GetDatum(stage_row(topic, payloads[i], true, key,
+		id = Int64GetDatum(stage_row(queue, topic, payloads[i], true, key,
 									 has_key ? key_hash(key) : NULL,
 									 nheaders >= 0 && !header_nulls[i] ?
 									 DatumGetJsonbP(headers[i]) : NULL,
 									 delay, scope));
 		tuplestore_putvalues(store, tupdesc, &id, &isnull);
 	}
-	direct_close(&queue);
+	direct_close(queue);
 	idem_count(IDEM_STAT_OUTBOX_STAGED, npayloads);
 	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
 	return (Datum) 0;
