@@ -8,8 +8,13 @@ table; without, prints the page.  tests/bench/report.py imports load() and
 targets() to put the outbox targets in make bench's targets table too.
 """
 import csv
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+from why import why  # noqa: E402  (tests/bench/why.py: the measured causes of misses)
 
 CELLS = [
     ("stage1", "stage, 1 event per transaction (4 clients)"),
@@ -33,8 +38,6 @@ JUDGED, RETAINED = "pg_idem_noarch", "pg_idem"
 VARIANTS = ["pg_idem", "pg_idem_noarch", "floor", "pgmq"]
 LABEL = {"pg_idem": "pg_idem (archive)", "pg_idem_noarch": "pg_idem (no archive)",
          "floor": "floor (pgmq's shape)", "pgmq": "pgmq"}
-PLACEHOLDER = ("*Why, measured (callgrind or perf), and what would close it: to be written "
-               "(placeholder).*")
 
 
 def load(cells_path, life_path):
@@ -96,7 +99,7 @@ def targets(d):
                         f"events/s against {floor:.0f})" +
                         (f"; server CPU per event {a:.1f} µs against the floor's {b:.1f} µs "
                          f"({a - b:+.1f} µs; {CELL_VS_FLOOR:g} × by CPU is ≤ "
-                         f"{b / CELL_VS_FLOOR:.1f} µs)" if a and b else "") + ". " + PLACEHOLDER)
+                         f"{b / CELL_VS_FLOOR:.1f} µs)" if a and b else "") + ". " + why(t["key"]))
         out.append(t)
     j, fl = life.get(JUDGED), life.get("floor")
     w, wf = _per_event(j, "wal_total"), _per_event(fl, "wal_total")
@@ -112,7 +115,7 @@ def targets(d):
         t["gap"] = (f"**{t['name']}**: {r:.2f} ×, over the bound by "
                     f"{100 * (r / WAL_VS_FLOOR - 1):.0f} %: ≤ {WAL_VS_FLOOR:g} × is "
                     f"≤ {WAL_VS_FLOOR * wf:.0f} B per event, {w - WAL_VS_FLOOR * wf:.0f} B less "
-                    "than now. " + PLACEHOLDER)
+                    "than now. " + why(t["key"]))
     out.append(t)
     sz, szf = _size(j), _size(fl)
     r = _ratio(sz, szf)
@@ -125,7 +128,7 @@ def targets(d):
     if t["ok"] is False:
         t["gap"] = (f"**{t['name']}**: {r:.2f} ×, over the bound by "
                     f"{100 * (r / SIZE_VS_FLOOR - 1):.0f} % ({sz - SIZE_VS_FLOOR * szf:.0f} B "
-                    "too many). " + PLACEHOLDER)
+                    "too many). " + why(t["key"]))
     out.append(t)
     return out
 

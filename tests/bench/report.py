@@ -20,6 +20,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 import outbox_report  # noqa: E402  (tests/bench/outbox_report.py: the outbox targets)
+from why import why  # noqa: E402  (tests/bench/why.py: the measured causes of misses)
 
 WORK, RESULTS, PLOTS = sys.argv[1:4]
 RAW = os.path.join(RESULTS, "raw")
@@ -726,8 +727,6 @@ def cost(d, noise):
     return f"{d:.0f} ± {noise:.0f} µs per request"
 
 
-PLACEHOLDER = ("*Why, measured (callgrind or perf), and what would close it: to be written "
-               "(placeholder).*")
 
 
 def gap_entry(key):
@@ -736,7 +735,7 @@ def gap_entry(key):
     if kind == "hot":
         hot, upd = measured
         return (f"**{title}**: {upd - hot} of {upd} updates were not HOT "
-                f"({100.0 * hot / upd:.2f} %). {PLACEHOLDER}")
+                f"({100.0 * hot / upd:.2f} %). {why(key)}")
     where = f"{c} client{'s' if c > 1 else ''}, sync {s_}"
     if kind == "wal":
         a, b = get(sc, "pg_idem", c, "wal_bytes_op", s_), get(sc, base, c, "wal_bytes_op", s_)
@@ -753,7 +752,7 @@ def gap_entry(key):
             text += (" Record types, pg_idem − minimal per request (`pg_waldump --stats=record`, "
                      "1 client, sync on): " +
                      "; ".join(f"{t} {d:+.0f} B" for d, t in diffs if abs(d) >= 1) + ".")
-        return text + " " + PLACEHOLDER
+        return text + " " + why(key)
     text = f"**{title}**: "
     if measured is None:
         return text + "not measured."
@@ -767,7 +766,7 @@ def gap_entry(key):
                  (f"{d:+.0f} ± {noise:.0f} µs" if d is not None else "-") + f"); {limit:g} × "
                  f"by CPU is ≤ {b / limit:.0f} µs per request, {a - b / limit:.0f} µs less than "
                  "now.")
-    return text + " " + PLACEHOLDER
+    return text + " " + why(key)
 
 
 missed13 = [k for k in failed_targets if k in GAPS]

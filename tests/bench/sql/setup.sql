@@ -218,18 +218,18 @@ BEGIN
     END IF;
     IF kind = 'completed' THEN
         EXECUTE format($f$
-            INSERT INTO %s (cache_key, state, request_hash, claim_id, generation,
+            INSERT INTO %s (cache_key, scope, state, request_hash, claim_id, generation,
                             finished_at, response_status, response_headers, response_body)
-            SELECT sha256(int8send(i)), 'completed',
+            SELECT sha256(int8send(i)), current_user, 'completed',
                    '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9',
                    md5(int8send(i))::uuid, i, clock_timestamp(), 200,
                    '{"content-type": "application/json"}', '{"id": 42, "status": "created"}'
               FROM generate_series(1, $1) i$f$, tbl) USING n;
     ELSIF kind = 'pending' THEN
         EXECUTE format($f$
-            INSERT INTO %s (cache_key, state, request_hash, claim_id, generation,
+            INSERT INTO %s (cache_key, scope, state, request_hash, claim_id, generation,
                             lease_expires_at)
-            SELECT sha256(int8send(i)), 'pending',
+            SELECT sha256(int8send(i)), current_user, 'pending',
                    '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9',
                    md5(int8send(i))::uuid, i, clock_timestamp() + interval '1 hour'
               FROM generate_series(1, $1) i$f$, tbl) USING n;
