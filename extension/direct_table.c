@@ -70,6 +70,7 @@
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "parser/parse_coerce.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 #endif
@@ -81,14 +82,43 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/typcache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-/* Every table some module opened in this backend. */
-#define MAX_TABLES 4
+/*
+ * Every table some module opened in this backend, and the states of calls
+ * nested inside calls (transient, for their duration): invalidations and
+ * aborts reach them all.
+ */
+#define MAX_TABLES 16
 static DirectTable *tables[MAX_TABLES];
 static int	ntables = 0;
 static bool callbacks_registered = false;
+
+static void
+unregister_table(DirectTable *dt)
+{
+	int			t;
+
+	for (t = 0; t < ntables; t++)
+		if (tables[t] == dt)
+		{
+			tables[t] = tables[--ntables];
+			break;
+		}
+	dt->registered = false;
+}
+
+/* A nested call's state: gone with its call. */
+static void
+free_transient(DirectTable *dt)
+{
+	unregister_table(dt);
+	if (dt->context != NULL)
+		MemoryContextDelete(dt->context);
+	pfree(dt);
+}
 
 /* A relcache invalidation of one of our relations: rebuild before next use. */
 static void
@@ -101,7 +131,8 @@ invalidate_relation(Datum arg, Oid relid)
 	{
 		DirectTable *dt = tables[t];
 
-		if (!dt->built)
+		/* Also while it is being built: an index lock taken then may deliver it. */
+		if (!OidIsValid(dt->relid))
 			continue;
 		if (relid == InvalidOid || relid == dt->relid)
 			dt->stale = true;
@@ -123,12 +154,17 @@ forget_aborted_calls(bool top, SubTransactionId subid)
 {
 	int			t;
 
-	for (t = 0; t < ntables; t++)
+	for (t = ntables - 1; t >= 0; t--)
 	{
 		DirectTable *dt = tables[t];
 
 		if (dt->in_use && (top || dt->open_subid == subid))
 		{
+			if (dt->transient)
+			{
+				free_transient(dt);
+				continue;
+			}
 			dt->in_use = false;
 			dt->query_started = false;
 			dt->scan = NULL;
@@ -239,8 +275,9 @@ calls_foreign_function(Node *node, void *context)
 
 /*
  * Does code somebody else wrote run inside a write: a trigger a DBA added,
- * or a function of theirs in a CHECK, a default, a generated column, an
- * index expression or predicate, a trigger's WHEN?  Such code may resolve
+ * a column of a type of theirs (a domain's CHECK), or a function of theirs
+ * in a CHECK, a default, a generated column, an index expression or
+ * predicate, a trigger's WHEN?  Such code may resolve
  * names with the search_path when it runs, and it runs as the table's
  * owner: those calls pin search_path to pg_catalog, pg_temp, as SECURITY
  * DEFINER ... SET search_path did.  pg_idem's own tables have none, so
@@ -255,6 +292,14 @@ has_foreign_code(Relation rel)
 	ListCell   *lc;
 	int			i;
 
+	/* A type of somebody else's: its domain CHECKs, its I/O functions. */
+	for (i = 0; i < RelationGetDescr(rel)->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), i);
+
+		if (!att->attisdropped && att->atttypid >= FirstNormalObjectId)
+			return true;
+	}
 	if (constr != NULL)
 	{
 		for (i = 0; i < constr->num_check; i++)
@@ -321,6 +366,12 @@ prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 			continue;
 		}
 		expr = build_column_default(rel, att->attnum);
+		/* No default, a domain type: its NOT NULL and CHECKs judge the NULL, as in SQL. */
+		if (expr == NULL && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+			expr = coerce_to_domain((Node *) makeNullConst(getBaseType(att->atttypid), -1,
+														   att->attcollation),
+									InvalidOid, -1, att->atttypid, COERCION_IMPLICIT,
+									COERCE_IMPLICIT_CAST, -1, false);
 		if (expr == NULL)
 			continue;
 		dt->default_attnums[dt->ndefaults] = att->attnum;
@@ -340,10 +391,13 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 	/* An invalidation during the build (it takes locks) makes it stale again. */
 	dt->built = false;
 	dt->stale = false;
+	dt->relid = RelationGetRelid(rel);
+	dt->nindexes = 0;
+	dt->index_oids = NULL;
 	if (dt->context != NULL)
 		MemoryContextDelete(dt->context);
-	dt->context = AllocSetContextCreate(dt->transient ? CurrentMemoryContext : TopMemoryContext,
-										"pg_idem direct table access", ALLOCSET_SMALL_SIZES);
+	dt->context = AllocSetContextCreate(TopMemoryContext, "pg_idem direct table access",
+										ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(dt->context);
 
 	dt->namespace = namespace;
@@ -450,11 +504,24 @@ direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 	}
 	if (kept->in_use)
 	{
-		dt = palloc0(sizeof(DirectTable));
+		dt = MemoryContextAllocZero(TopMemoryContext, sizeof(DirectTable));
 		dt->relname = kept->relname;
 		dt->columns = kept->columns;
 		dt->ncolumns = kept->ncolumns;
 		dt->transient = true;
+		PG_TRY();
+		{
+			register_table(dt);
+		}
+		PG_CATCH();
+		{
+			pfree(dt);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		/* Reached by an abort from here on (forget_aborted_calls frees it). */
+		dt->in_use = true;
+		dt->open_subid = GetCurrentSubTransactionId();
 	}
 
 	/* The kept OID may name a table dropped since: then look it up again. */
@@ -476,7 +543,19 @@ direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 	{
 		if (!dt->built || dt->stale || dt->namespace != namespace ||
 			dt->relid != RelationGetRelid(rel))
+		{
+			/*
+			 * Preparing expressions may inline SQL functions, which parses
+			 * their bodies: never with the caller's search_path.
+			 */
+			int			level = NewGUCNestLevel();
+
+			(void) set_config_option("search_path", "pg_catalog, pg_temp",
+									 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+									 true, 0, false);
 			build(dt, rel, namespace);
+			AtEOXact_GUC(true, level);
+		}
 		dt->rri->ri_RelationDesc = rel;
 		for (i = 0; i < dt->nindexes; i++)
 			dt->rri->ri_IndexRelationDescs[i] = index_open(dt->index_oids[i], lockmode);
@@ -561,10 +640,7 @@ direct_close(DirectTable *dt)
 	SetUserIdAndSecContext(dt->save_userid, dt->save_sec_context);
 	dt->in_use = false;
 	if (dt->transient)
-	{
-		MemoryContextDelete(dt->context);
-		pfree(dt);
-	}
+		free_transient(dt);
 }
 
 /* How many columns the table's primary key has. */
@@ -700,10 +776,16 @@ direct_set(DirectTable *dt, int column, Datum value, bool isnull)
  * it; the caller reopens the table, which rebuilds, and starts over.
  */
 static bool
-start_write(DirectTable *dt, const char *command)
+start_write(DirectTable *dt, const char *command, CmdType operation)
 {
 	int			i;
 
+	if (dt->rel->rd_rules != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("pg_idem table %s has a rule", dt->relname),
+				 errdetail("pg_idem writes it directly, and a rule would not be applied."),
+				 errhint("Use a trigger.")));
 	if (!dt->write_locked)
 	{
 		PreventCommandIfReadOnly(command);
@@ -715,6 +797,12 @@ start_write(DirectTable *dt, const char *command)
 		if (dt->stale)
 			return false;
 	}
+	/* What the executor checks of a result relation: replica identity, say. */
+#if PG_VERSION_NUM >= 170000
+	CheckValidResultRel(dt->rri, operation, NIL);
+#else
+	CheckValidResultRel(dt->rri, operation);
+#endif
 	/* An insert that read nothing first: the statement's snapshot. */
 	if (dt->snapshot == NULL)
 	{
@@ -787,7 +875,7 @@ insert_plain(DirectTable *dt, ItemPointer tid)
 #else
 	recheck = ExecInsertIndexTuples(dt->rri, slot, estate, false, false, NULL, NIL);
 #endif
-	ExecARInsertTriggers(estate, dt->rri, slot, recheck, NULL);
+	ExecARInsertTriggers(estate, dt->rri, slot, recheck, dt->capture);
 	list_free(recheck);
 	*tid = slot->tts_tid;
 	return DIRECT_WRITTEN;
@@ -826,7 +914,7 @@ insert_speculative(DirectTable *dt, ItemPointer tid)
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (!spec_conflict)
 		{
-			ExecARInsertTriggers(estate, rri, slot, recheck, NULL);
+			ExecARInsertTriggers(estate, rri, slot, recheck, dt->capture);
 			list_free(recheck);
 			*tid = slot->tts_tid;
 			return DIRECT_WRITTEN;
@@ -854,8 +942,10 @@ direct_insert(DirectTable *dt, bool on_conflict_do_nothing, ItemPointer tid)
 	TupleTableSlot *slot = dt->new_slot;
 	DirectWrite result = DIRECT_WRITTEN;
 
-	if (!start_write(dt, "INSERT"))
+	if (!start_write(dt, "INSERT", CMD_INSERT))
 		return DIRECT_STALE;
+	/* Transition tables of a trigger's (REFERENCING NEW TABLE), if any. */
+	dt->capture = MakeTransitionCaptureState(trigdesc, dt->relid, CMD_INSERT);
 	if (trigdesc && trigdesc->trig_insert_before_statement)
 		ExecBSInsertTriggers(estate, rri);
 	if (dt->ndefaults > 0)
@@ -874,7 +964,7 @@ direct_insert(DirectTable *dt, bool on_conflict_do_nothing, ItemPointer tid)
 		result = on_conflict_do_nothing ? insert_speculative(dt, tid) : insert_plain(dt, tid);
 	}
 	if (trigdesc && trigdesc->trig_insert_after_statement)
-		ExecASInsertTriggers(estate, rri, NULL);
+		ExecASInsertTriggers(estate, rri, dt->capture);
 	return result;
 }
 
@@ -936,8 +1026,9 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 				 errmsg("pg_idem table %s has a BEFORE UPDATE trigger", dt->relname),
 				 errdetail("pg_idem updates it directly, and a BEFORE UPDATE trigger could change the row after pg_idem decided on it."),
 				 errhint("Use an AFTER trigger.")));
-	if (!start_write(dt, "UPDATE"))
+	if (!start_write(dt, "UPDATE", CMD_UPDATE))
 		return DIRECT_STALE;
+	dt->capture = MakeTransitionCaptureState(rri->ri_TrigDesc, dt->relid, CMD_UPDATE);
 	note_updated_columns(dt);
 	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_update_before_statement)
 		ExecBSUpdateTriggers(estate, rri);
@@ -983,10 +1074,10 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 		recheck = ExecInsertIndexTuples(rri, slot, estate, true, false, NULL, NIL);
 #endif
 	ExecARUpdateTriggers(estate, rri, NULL, NULL, old_tid, NULL, slot, recheck,
-						 NULL, false);
+						 dt->capture, false);
 	list_free(recheck);
 	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_update_after_statement)
-		ExecASUpdateTriggers(estate, rri, NULL);
+		ExecASUpdateTriggers(estate, rri, dt->capture);
 	*new_tid = slot->tts_tid;
 	return DIRECT_WRITTEN;
 }

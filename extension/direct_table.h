@@ -86,6 +86,7 @@ typedef struct DirectTable
 	Relation	rel;
 	Snapshot	snapshot;
 	IndexScanDesc scan;
+	struct TransitionCaptureState *capture;	/* this write's, or NULL */
 	Oid			save_userid;
 	int			save_sec_context;
 } DirectTable;

@@ -320,9 +320,12 @@ stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, tex
 	direct_set(queue, QUEUE_AVAILABLE_AT,
 			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
 	direct_set(queue, QUEUE_SCOPE, PointerGetDatum(scope), false);
-	/* Opened as an inserter: the table cannot have changed shape since. */
+	/* Opened as an inserter, the table cannot have changed shape since. */
 	if (direct_insert(queue, false, &tid) != DIRECT_WRITTEN)
-		elog(ERROR, "pg_idem: outbox event not staged");
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("outbox event not staged"),
+				 errdetail("A BEFORE INSERT trigger on idem_outbox_queue skipped the row.")));
 	return DatumGetInt64(slot->tts_values[direct_attnum(queue, QUEUE_ID) - 1]);
 }
 
