@@ -3,7 +3,7 @@
 # queue floor with pgmq's shape, in one run, interleaved, on a throwaway
 # cluster of its own; writes tests/bench/results/outbox.md (and raw CSV).
 #
-#   bash tests/bench/outbox.sh [quick|full]     (make bench runs it too)
+#   bash tests/bench/outbox.sh [quick|medium|full]     (make bench runs it too)
 #
 # Variants, every one on one table (tests/bench/outbox/*.sql):
 #   pg_idem         idem_outbox_stage / _stage_batch, idem_outbox_claim + _ack
@@ -36,8 +36,9 @@ RESULTS=$BENCH/results
 MODE=${1:-quick}
 case $MODE in
     quick) ROUNDS=${OUTBOX_ROUNDS:-2} SECS=${OUTBOX_SECS:-2} EVENTS=20000 ;;
+    medium) ROUNDS=3 SECS=4 EVENTS=20000 ;;
     full)  ROUNDS=3 SECS=10 EVENTS=100000 ;;
-    *) echo "usage: $0 [quick|full]" >&2; exit 2 ;;
+    *) echo "usage: $0 [quick|medium|full]" >&2; exit 2 ;;
 esac
 
 CLUSTER_CONF="shared_preload_libraries = 'pg_idem'
