@@ -17,6 +17,21 @@ WHY = {
         "would take a shared lock-table entry (a partition LWLock round trip per claim), and "
         "an insert by anything that does not take that lock (an admin's, a restore's) would "
         "turn a concurrent claim into a unique-violation error."),
+    "replay_minimal": (
+        "A replay is about 3 µs of server CPU over a bare SELECT's 11. A perf profile of a "
+        "1-client replay run (`perf record` on the backend) puts the pg_idem call itself at "
+        "10.2 % of the backend's time, 8.0 of it the primary-key probe that the bare SELECT "
+        "makes too; the rest of the difference is the FunctionScan around it "
+        "(`ExecInitFunctionScan` 5.9 %, the one-row tuplestore of `ExecMakeTableFunctionResult` "
+        "2.2 %), which is what `SELECT * FROM f(...)` costs in PostgreSQL for any function, and "
+        "the call's own fresh snapshot (a volatile function reads the latest commit, the bare "
+        "SELECT reuses its statement's). The ratio moves from run to run: 0.85, 0.87, 0.71, "
+        "0.93 and 0.81 × in today's five runs, and 0.97-1.07 × in single-session interleaved "
+        "runs. Calling it as `SELECT idem_claim(...)` (no FunctionScan) measured the same as "
+        "the FROM form. What would close it: reading with the statement's snapshot instead of "
+        "a fresh one (a semantic change: a commit between the statement's start and the read "
+        "would be missed), or a FunctionScan that does not materialise a non-set function's "
+        "one row (PostgreSQL)."),
     "cycle_minimal_headline": (
         "Measured piece by piece in the cycle section above (server CPU per request, 1 client, "
         "sync off, probes paired round by round): the race-safe insert (floor + ON CONFLICT "
