@@ -388,6 +388,7 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 	MemoryContext old;
 	RangeTblEntry *rte;
 	int			i;
+	int			k;
 
 	/* An invalidation during the build (it takes locks) makes it stale again. */
 	dt->built = false;
@@ -457,6 +458,16 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 						 errmsg("pg_idem table %s has an unexpected primary key", dt->relname),
 						 errdetail("Its primary key is not a B-tree.")));
 			dt->pk_index = i;
+			for (k = 0; k < index->rd_index->indnkeyatts; k++)
+			{
+				Oid			eq = get_opfamily_member(index->rd_opfamily[k], index->rd_opcintype[k],
+													 index->rd_opcintype[k], BTEqualStrategyNumber);
+
+				if (!OidIsValid(eq))
+					elog(ERROR, "pg_idem: no equality operator for the primary key of %s",
+						 dt->relname);
+				dt->pk_eq[k] = get_opcode(eq);
+			}
 		}
 		/* ExecOpenIndices locked it for a writer: each call locks its own. */
 		index_close(index, RowExclusiveLock);
@@ -660,16 +671,9 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
 
 	Assert(nkeys >= 1 && nkeys <= direct_key_columns(dt));
 	for (k = 0; k < nkeys; k++)
-	{
-		Oid			opcintype = index->rd_opcintype[k];
-		Oid			eq = get_opfamily_member(index->rd_opfamily[k], opcintype, opcintype,
-											 BTEqualStrategyNumber);
-
-		if (!OidIsValid(eq))
-			elog(ERROR, "pg_idem: no equality operator for the primary key of %s", dt->relname);
-		ScanKeyEntryInitialize(&skey[k], 0, k + 1, BTEqualStrategyNumber, opcintype,
-							   index->rd_indcollation[k], get_opcode(eq), keys[k]);
-	}
+		ScanKeyEntryInitialize(&skey[k], 0, k + 1, BTEqualStrategyNumber,
+							   index->rd_opcintype[k], index->rd_indcollation[k],
+							   dt->pk_eq[k], keys[k]);
 	if (fresh_snapshot)
 	{
 		CommandCounterIncrement();

@@ -65,6 +65,7 @@ typedef struct DirectTable
 	int			nindexes;
 	Oid		   *index_oids;
 	int			pk_index;		/* its place in rri's index arrays */
+	RegProcedure pk_eq[INDEX_MAX_KEYS];	/* its columns' equality functions */
 	List	   *arbiters;		/* ON CONFLICT on the primary key */
 	int			ndefaults;
 	AttrNumber *default_attnums;
