@@ -11,13 +11,15 @@ EXT         = pg_idem
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" extension/$(EXT).control)
 
 MODULE_big  = $(EXT)
-OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*.c)))
+# One folder per concern (extension/README.md); every .c in them is built.
+OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*/*.c)))
 PG_CPPFLAGS = -I$(srcdir)/extension
 PG_CFLAGS   = -Werror=implicit-function-declaration
 
 # The install script of the current version is assembled from one file per
-# concern (extension/sql/NN_*.sql, in name order).  Install and upgrade
-# scripts of released versions are frozen in extension/ (never edited).
+# concern (extension/install/NN_*.sql, in name order).  Install and upgrade
+# scripts of released versions are frozen in extension/releases/ (never
+# edited).
 # The upgrade script to the current version is assembled from
 # extension/upgrades/<previous>--<current>/NN_*.sql, one file per concern;
 # tests/t/050_upgrade.pl checks that every path ends where a fresh install
@@ -25,7 +27,7 @@ PG_CFLAGS   = -Werror=implicit-function-declaration
 MODULEDIR   = extension
 PREVIOUS    = 0.3.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
-DATA        = extension/$(EXT).control $(wildcard extension/$(EXT)--*.sql)
+DATA        = extension/$(EXT).control $(wildcard extension/releases/$(EXT)--*.sql)
 DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADE)
 EXTRA_CLEAN = $(EXT)--*.sql results regression.diffs regression.out \
               output_iso tmp_check
@@ -46,16 +48,16 @@ define assemble
 	  for f in $^; do echo; echo "-- $$f"; cat $$f; done; } > $@
 endef
 
-$(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/sql/*.sql))
+$(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/install/*.sql))
 	$(assemble)
 
 # Two install pieces run in every upgrade too: the writable-schema warning
-# (00_schema_check.sql) first, and the privileges loop (90_privileges.sql)
+# (install/00_schema_check.sql) first, and the privileges loop (90_privileges.sql)
 # last, which locks down functions the upgrade created.
-$(UPGRADE): extension/sql/00_schema_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/sql/90_privileges.sql
+$(UPGRADE): extension/install/00_schema_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/install/90_privileges.sql
 	$(assemble)
 
-$(OBJS): $(wildcard extension/*.h)
+$(OBJS): $(wildcard extension/*/*.h)
 
 .PHONY: test demo bench
 test:

@@ -7,7 +7,7 @@
 # own calls are schema-qualified and exactly typed, reaches no plant.
 #
 # The list is derived, not hand-picked: the SQL texts are the string
-# literals of extension/*.c and the installed install and upgrade scripts;
+# literals of extension/*/*.c and the installed install and upgrade scripts;
 # every identifier followed by "(" and every operator token is looked up
 # in pg_proc / pg_operator of pg_catalog and of the extension's schema, and
 # each match gets
@@ -49,7 +49,7 @@ $node->start;
 my $superuser = $node->safe_psql('postgres', 'SELECT current_user');
 
 # --- The SQL texts the extension runs, and the names they refer to.
-my @c_files = glob('extension/*.c');
+my @c_files = glob('extension/*/*.c');
 ok(scalar(@c_files) >= 5, 'the C sources are here: ' . scalar(@c_files) . ' files');
 my $sharedir = $node->config_data('--sharedir');
 # The current install script and every upgrade script an upgrade from

@@ -1,0 +1,435 @@
+/*-------------------------------------------------------------------------
+ *
+ * attempts_open.c
+ *	  Attempts: registered kinds and the replay decision table of open
+ *	  (see attempts.h for the state machine).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "attempts/attempts.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/uuid.h"
+
+PG_FUNCTION_INFO_V1(idem_attempt_register_kind);
+PG_FUNCTION_INFO_V1(idem_attempt_open);
+PG_FUNCTION_INFO_V1(idem_attempt_current);
+
+/* ----------------------------------------------------------------
+ * Statements
+ * ----------------------------------------------------------------
+ */
+
+static IdemStatement select_kind = {
+	"SELECT mode, key_prefix FROM @extschema@.idem_attempt_kinds WHERE kind = $1",
+	1, {TEXTOID}
+};
+
+static IdemStatement insert_kind = {
+	"INSERT INTO @extschema@.idem_attempt_kinds (kind, mode, key_prefix)"
+	" VALUES ($1, $2, $3) ON CONFLICT (kind) DO NOTHING",
+	3, {TEXTOID, TEXTOID, TEXTOID}
+};
+
+/* Columns read by select_request. */
+enum
+{
+	REQ_ATTEMPT_ID = 1,
+	REQ_CREATED_BY,
+	REQ_INTENT_HASH,
+	REQ_GENERATION,
+	REQ_STATUS,
+	REQ_FAILURE_REASON,
+	REQ_OBJECT_KEY,
+	REQ_DECLARED_DIGEST,
+	REQ_CREATED_AT,
+	REQ_SUPERSEDED_BY
+};
+
+static IdemStatement select_request = {
+	"SELECT attempt_id, created_by, intent_hash, generation, status,"
+	" failure_reason, object_key, declared_digest, created_at, superseded_by"
+	" FROM @extschema@.idem_attempts"
+	" WHERE kind = $1 AND target = $2 AND client_request_id = $3",
+	3, {TEXTOID, TEXTOID, TEXTOID}
+};
+
+/*
+ * The intent hash and the object key are computed in C and passed in: the
+ * statement calls no function of the extension's schema, where another
+ * role may have planted a better-matching overload.
+ */
+static IdemStatement insert_attempt = {
+	"INSERT INTO @extschema@.idem_attempts"
+	" (attempt_id, kind, target, client_request_id, created_by, intent,"
+	"  intent_hash, declared_digest, object_name, object_key)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, $10)"
+	" ON CONFLICT (kind, target, client_request_id) DO NOTHING"
+	" RETURNING created_at, object_key",
+	10, {UUIDOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, TEXTOID,
+	BYTEAOID, TEXTOID}
+};
+
+static IdemStatement select_current = {
+	"SELECT current_attempt_id FROM @extschema@.idem_attempt_targets"
+	" WHERE kind = $1 AND target = $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+/* ----------------------------------------------------------------
+ * Kinds
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * idem_attempt_register_kind(kind, mode, key_prefix): true when registered
+ * now, false when already registered the same way.  A kind's mode and
+ * prefix never change: old generations' keys are derived from them.
+ */
+Datum
+idem_attempt_register_kind(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	char	   *kind = attempt_text_arg(fcinfo, 0, "kind");
+	char	   *mode = attempt_text_arg(fcinfo, 1, "mode");
+	char	   *prefix = attempt_text_arg(fcinfo, 2, "key_prefix");
+	Datum		values[3];
+	bool		inserted;
+
+	attempt_check_kind(kind);
+	if (strcmp(mode, "append") != 0 && strcmp(mode, "replace") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid attempt mode \"%s\"", mode),
+				 errdetail("The mode is append (the caller inserts an entity per promotion) or replace (a current pointer per target flips).")));
+	attempt_check_path("key prefix", prefix, KEY_PREFIX_MAX_BYTES);
+
+	values[0] = CStringGetTextDatum(kind);
+	values[1] = CStringGetTextDatum(mode);
+	values[2] = CStringGetTextDatum(prefix);
+	SPI_connect();
+	inserted = idem_execute(&insert_kind, namespace, values, NULL, false, 0) == 1;
+	if (!inserted)
+	{
+		char	   *old_mode;
+		char	   *old_prefix;
+
+		idem_execute(&select_kind, namespace, values, NULL, false, 1);
+		old_mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		old_prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		if (strcmp(old_mode, mode) != 0 || strcmp(old_prefix, prefix) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("attempt kind \"%s\" is already registered differently", kind),
+					 errdetail("It is registered with mode %s and key prefix \"%s\".",
+							   old_mode, old_prefix),
+					 errhint("A kind's mode and prefix never change; register a new kind.")));
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(inserted);
+}
+
+/* ----------------------------------------------------------------
+ * Open: the replay decision table
+ * ----------------------------------------------------------------
+ */
+
+/* Columns of idem_attempt_decision. */
+enum
+{
+	DEC_DECISION,
+	DEC_ATTEMPT_ID,
+	DEC_GENERATION,
+	DEC_STATUS,
+	DEC_FAILURE_REASON,
+	DEC_NEXT_STEP,
+	DEC_OBJECT_KEY,
+	DEC_DECLARED_DIGEST,
+	DEC_CURRENT_ATTEMPT_ID,
+	DEC_CREATED_AT,
+	DEC_NATTS
+};
+
+/* What open decided; values point into SPI memory until formed. */
+typedef struct Decision
+{
+	Datum		values[DEC_NATTS];
+	bool		nulls[DEC_NATTS];
+} Decision;
+
+static void
+set_value(Decision *d, int column, Datum value)
+{
+	d->values[column] = value;
+	d->nulls[column] = false;
+}
+
+/* Fill the decision's columns from the row select_request returned. */
+static void
+describe_row(Decision *d, HeapTuple tuple, TupleDesc desc)
+{
+	static const int map[][2] = {
+		{DEC_ATTEMPT_ID, REQ_ATTEMPT_ID},
+		{DEC_GENERATION, REQ_GENERATION},
+		{DEC_STATUS, REQ_STATUS},
+		{DEC_FAILURE_REASON, REQ_FAILURE_REASON},
+		{DEC_OBJECT_KEY, REQ_OBJECT_KEY},
+		{DEC_DECLARED_DIGEST, REQ_DECLARED_DIGEST},
+		{DEC_CREATED_AT, REQ_CREATED_AT},
+	};
+	int			i;
+
+	for (i = 0; i < (int) lengthof(map); i++)
+		d->values[map[i][0]] = SPI_getbinval(tuple, desc, map[i][1],
+											 &d->nulls[map[i][0]]);
+}
+
+/* The current attempt of a replace-kind target, or NULL. */
+static bool
+current_attempt(Oid namespace, Datum kind, Datum target, Datum *current)
+{
+	Datum		values[2] = {kind, target};
+	bool		isnull;
+
+	if (idem_execute(&select_current, namespace, values, NULL, false, 1) == 0)
+		return false;
+	*current = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return !isnull;
+}
+
+/*
+ * idem_attempt_open(kind, target, client_request_id, created_by, intent,
+ * object_name, declared_digest): the replay decision table.
+ *
+ *	  no row (or pruned)                         new: pending, generation 1
+ *	  another created_by                         forbidden, nothing revealed
+ *	  another intent (or declared digest)        mismatch, nothing written
+ *	  pending / stored                           resume, with the next step
+ *	  promoted / superseded                      promoted / superseded, with
+ *												 the current attempt
+ *	  failed(reaped_no_blob | digest_mismatch)   reopened: generation + 1
+ *	  failed(target_gone)                        gone
+ */
+Datum
+idem_attempt_open(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	char	   *kind = attempt_text_arg(fcinfo, 0, "kind");
+	char	   *target = attempt_text_arg(fcinfo, 1, "target");
+	char	   *request_id = attempt_text_arg(fcinfo, 2, "client_request_id");
+	char	   *created_by = attempt_text_arg(fcinfo, 3, "created_by");
+	Jsonb	   *intent = attempt_object_arg(fcinfo, 4, "intent", false);
+	bytea	   *hash = attempt_intent_hash(intent);
+	bytea	   *declared = NULL;
+	text	   *name_arg;
+	char	   *name;
+	char	   *mode;
+	char	   *prefix;
+	Datum		values[3];
+	MemoryContext outer = CurrentMemoryContext;
+	Decision	d;
+	TupleDesc	tupdesc;
+	HeapTuple	result;
+	int			attempt;
+
+	attempt_check_kind(kind);
+	attempt_check_path("target", target, TARGET_MAX_BYTES);
+	if (strlen(request_id) > IDEM_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("client_request_id must be at most %d bytes", IDEM_MAX_KEY_BYTES),
+				 errdetail("The client_request_id given is %d bytes long.",
+						   (int) strlen(request_id))));
+	idem_require_arg(fcinfo, 5, "object_name");
+	name_arg = PG_GETARG_TEXT_PP(5);
+	name = attempt_safe_name(VARDATA_ANY(name_arg), VARSIZE_ANY_EXHDR(name_arg));
+	if (!PG_ARGISNULL(6))
+		declared = idem_digest_arg(fcinfo, 6, "declared_digest");
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	memset(&d, 0, sizeof(d));
+	memset(d.nulls, true, sizeof(d.nulls));
+
+	SPI_connect();
+	values[0] = CStringGetTextDatum(kind);
+	if (idem_execute(&select_kind, namespace, values, NULL, false, 1) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt kind \"%s\" is not registered", kind),
+				 errhint("Register it with idem_attempt_register_kind(kind, mode, key_prefix).")));
+	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+
+	values[1] = CStringGetTextDatum(target);
+	values[2] = CStringGetTextDatum(request_id);
+
+	for (attempt = 0; attempt < OPEN_MAX_ATTEMPTS; attempt++)
+	{
+		HeapTuple	row;
+		TupleDesc	desc;
+		bool		isnull;
+		char	   *status;
+		Datum		stored_declared;
+		bool		declared_null;
+
+		CHECK_FOR_INTERRUPTS();
+
+		if (idem_execute(&select_request, namespace, values, NULL, false, 1) == 0)
+		{
+			Datum		id = attempt_new_id();
+			Datum		ins[10];
+			char		ins_nulls[10];
+
+			memset(ins_nulls, ' ', sizeof(ins_nulls));
+			ins[0] = id;
+			ins[1] = values[0];
+			ins[2] = values[1];
+			ins[3] = values[2];
+			ins[4] = CStringGetTextDatum(created_by);
+			ins[5] = JsonbPGetDatum(intent);
+			ins[6] = PointerGetDatum(declared);
+			if (declared == NULL)
+				ins_nulls[6] = 'n';
+			ins[7] = CStringGetTextDatum(name);
+			ins[8] = PointerGetDatum(hash);
+			ins[9] = CStringGetTextDatum(attempt_key_of(prefix, target, id, 1, name));
+			if (idem_execute(&insert_attempt, namespace, ins, ins_nulls, false, 1) == 1)
+			{
+				set_value(&d, DEC_DECISION, CStringGetTextDatum("new"));
+				set_value(&d, DEC_ATTEMPT_ID, id);
+				set_value(&d, DEC_GENERATION, Int64GetDatum(1));
+				set_value(&d, DEC_STATUS, CStringGetTextDatum("pending"));
+				set_value(&d, DEC_NEXT_STEP, CStringGetTextDatum("upload"));
+				set_value(&d, DEC_OBJECT_KEY,
+						  SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+				if (declared != NULL)
+					set_value(&d, DEC_DECLARED_DIGEST, PointerGetDatum(declared));
+				set_value(&d, DEC_CREATED_AT,
+						  SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+				idem_count(IDEM_STAT_ATTEMPT_OPENED, 1);
+				break;
+			}
+			continue;			/* a concurrent open inserted it: read theirs */
+		}
+
+		row = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+
+		/* Another principal's attempt: say nothing about it. */
+		if (strcmp(SPI_getvalue(row, desc, REQ_CREATED_BY), created_by) != 0)
+		{
+			set_value(&d, DEC_DECISION, CStringGetTextDatum("forbidden"));
+			break;
+		}
+
+		describe_row(&d, row, desc);
+		stored_declared = SPI_getbinval(row, desc, REQ_DECLARED_DIGEST, &declared_null);
+		if (!attempt_bytea_equal(DatumGetByteaPP(SPI_getbinval(row, desc, REQ_INTENT_HASH, &isnull)), hash) ||
+			(declared != NULL &&
+			 (declared_null || !attempt_bytea_equal(DatumGetByteaPP(stored_declared), declared))))
+		{
+			set_value(&d, DEC_DECISION, CStringGetTextDatum("mismatch"));
+			break;
+		}
+
+		status = SPI_getvalue(row, desc, REQ_STATUS);
+		if (strcmp(status, "pending") == 0 || strcmp(status, "stored") == 0)
+		{
+			set_value(&d, DEC_DECISION, CStringGetTextDatum("resume"));
+			set_value(&d, DEC_NEXT_STEP,
+					  CStringGetTextDatum(status[0] == 'p' ? "upload" : "promote"));
+			break;
+		}
+		if (strcmp(status, "promoted") == 0)
+		{
+			set_value(&d, DEC_DECISION, CStringGetTextDatum("promoted"));
+			set_value(&d, DEC_CURRENT_ATTEMPT_ID, d.values[DEC_ATTEMPT_ID]);
+			break;
+		}
+		if (strcmp(status, "superseded") == 0)
+		{
+			Datum		current;
+
+			set_value(&d, DEC_DECISION, CStringGetTextDatum("superseded"));
+			if (strcmp(mode, "replace") == 0 &&
+				current_attempt(namespace, values[0], values[1], &current))
+				set_value(&d, DEC_CURRENT_ATTEMPT_ID, current);
+			else
+				d.values[DEC_CURRENT_ATTEMPT_ID] =
+					SPI_getbinval(row, desc, REQ_SUPERSEDED_BY, &d.nulls[DEC_CURRENT_ATTEMPT_ID]);
+			break;
+		}
+
+		/* failed */
+		if (!attempt_is_reopenable(SPI_getvalue(row, desc, REQ_FAILURE_REASON)))
+		{
+			set_value(&d, DEC_DECISION, CStringGetTextDatum("gone"));
+			break;
+		}
+		else
+		{
+			Datum		generation;
+			Datum		key;
+
+			if (attempt_reopen_cas(namespace, d.values[DEC_ATTEMPT_ID],
+								   DatumGetInt64(d.values[DEC_GENERATION]),
+								   &generation, &key))
+			{
+				set_value(&d, DEC_DECISION, CStringGetTextDatum("reopened"));
+				set_value(&d, DEC_GENERATION, generation);
+				set_value(&d, DEC_OBJECT_KEY, key);
+				set_value(&d, DEC_STATUS, CStringGetTextDatum("pending"));
+				d.nulls[DEC_FAILURE_REASON] = true;
+				set_value(&d, DEC_NEXT_STEP, CStringGetTextDatum("upload"));
+				idem_count(IDEM_STAT_ATTEMPT_TRANSITIONS, 1);
+				break;
+			}
+			/* reopened concurrently: read it again */
+			memset(d.nulls, true, sizeof(d.nulls));
+		}
+	}
+
+	if (attempt == OPEN_MAX_ATTEMPTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not open attempt: it changed concurrently %d times",
+						OPEN_MAX_ATTEMPTS),
+				 errhint("The transaction might succeed if retried.")));
+
+	/* heap_form_tuple copies every value, so the SPI memory may go. */
+	{
+		MemoryContext old = MemoryContextSwitchTo(outer);
+
+		result = heap_form_tuple(BlessTupleDesc(tupdesc), d.values, d.nulls);
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+	PG_RETURN_DATUM(HeapTupleGetDatum(result));
+}
+
+
+/* idem_attempt_current(kind, target): what a replace-kind target shows now. */
+Datum
+idem_attempt_current(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	Datum		current;
+	bool		found;
+
+	idem_require_arg(fcinfo, 0, "kind");
+	idem_require_arg(fcinfo, 1, "target");
+	SPI_connect();
+	found = current_attempt(namespace, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), &current);
+	if (found)
+		current = SPI_datumTransfer(current, false, UUID_LEN);
+	SPI_finish();
+	if (!found)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(current);
+}
+

@@ -1,0 +1,731 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox.c
+ *	  The message inbox: exactly-once processing of delivered messages,
+ *	  with a hard cap on attempts and dead letters staged in the outbox.
+ *
+ * One row per (consumer, message_id), keyed by a SHA-256 of the two
+ * length-delimited strings, so that no caller-controlled string reaches
+ * the index.
+ *
+ * idem_inbox_begin runs in the consumer's transaction.  It inserts the
+ * row, or takes a failed one over, with state = 'processing'; that write
+ * holds the row until the consumer's transaction ends, so concurrent
+ * deliveries of the same message wait on it (ON CONFLICT waits for an
+ * in-flight inserter, an UPDATE for an in-flight updater) and then see
+ * the outcome: done (duplicate), or rolled back (they process).  The
+ * handler's effects and idem_inbox_done commit together; the deferred
+ * constraint trigger idem_inbox_message_done refuses to commit a
+ * transaction in which a begun message is still 'processing'.
+ *
+ * The attempt cap.  Everything begin writes rolls back with a failed
+ * attempt, so a failure has to be recorded by a transaction that commits
+ * on its own.  Three writers do it, all with the same statement (a plain
+ * INSERT ... ON CONFLICT DO UPDATE of error_count, so a recording whose
+ * transaction aborts counts nothing): idem_inbox_fail (after the rollback,
+ * or after ROLLBACK TO a savepoint taken after begin); the consumer's own
+ * backend for an attempt that aborted and was never recorded (at exit, or
+ * at DISCARD ALL); and begin itself, which refuses to run a message whose
+ * error_count has reached max_attempts and marks it dead.  Until then the
+ * attempt holds a session-level lock on its message, so that concurrent
+ * deliveries never start from a count that misses it: inbox_attempts.c
+ * keeps that registry and the paths that could lose an attempt.
+ *
+ * Messages are scoped per role like keys (scope.c): a consumer sees only
+ * its role's messages, plus those from before 0.3.0 (scope '').
+ *
+ * Reaching the cap marks the message dead and stages a dead-letter event
+ * (topic idem.inbox.dead) in the outbox, in the same transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "inbox/inbox.h"
+
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/ipc.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+PG_FUNCTION_INFO_V1(idem_inbox_begin);
+PG_FUNCTION_INFO_V1(idem_inbox_done);
+PG_FUNCTION_INFO_V1(idem_inbox_fail);
+PG_FUNCTION_INFO_V1(idem_inbox_retry);
+PG_FUNCTION_INFO_V1(idem_inbox_prune);
+PG_FUNCTION_INFO_V1(idem_inbox_message_done);
+
+/* Largest max_attempts accepted. */
+#define INBOX_MAX_ATTEMPTS		1000
+#define PRUNE_MAX_BATCH			1000000
+
+/* How often begin re-reads a message that changed under it. */
+#define BEGIN_MAX_ROUNDS		16
+
+/* Domain tag of the inbox key, distinct from idem_key's. */
+static const char inbox_domain[] = "pg_idem inbox v1";
+
+/* Parameters of the failure recording (see record_failure). */
+#define RECORD_ARGS {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID, \
+					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID}
+
+static IdemStatement insert_message = {
+	"INSERT INTO @extschema@.idem_inbox"
+	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
+	"  received_at, attempt_started_at, scope)"
+	" VALUES ($1, $2, $3, $4, 'processing', $5, clock_timestamp(), clock_timestamp(), $6)"
+	" ON CONFLICT (inbox_key, scope) DO NOTHING"
+	" RETURNING error_count",
+	6, {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID}
+};
+
+/* Take a failed message over; the predicate re-states begin's decision. */
+static IdemStatement start_attempt = {
+	"UPDATE @extschema@.idem_inbox"
+	" SET state = 'processing', attempt_started_at = clock_timestamp(),"
+	"  max_attempts = $3, payload_hash = coalesce(payload_hash, $2)"
+	" WHERE inbox_key = $1 AND scope = $4 AND state = 'failed'"
+	"  AND (payload_hash IS NULL OR payload_hash = $2) AND error_count < $3"
+	" RETURNING error_count",
+	4, {BYTEAOID, BYTEAOID, INT4OID, TEXTOID}
+};
+
+static IdemStatement read_message = {
+	"SELECT state, payload_hash, error_count, scope"
+	" FROM @extschema@.idem_inbox WHERE inbox_key = $1 AND (scope = $2 OR scope = '')"
+	" ORDER BY scope DESC LIMIT 1",
+	2, {BYTEAOID, TEXTOID}
+};
+
+/*
+ * A failed message whose attempts are used up, found by begin; the same
+ * parameters as start_attempt ($2, the payload hash, is not needed).
+ */
+static IdemStatement dead_at_begin = {
+	"UPDATE @extschema@.idem_inbox"
+	" SET state = 'dead', dead_at = clock_timestamp(), retry_at = NULL,"
+	"  max_attempts = $3"
+	" WHERE inbox_key = $1 AND scope = $4 AND state = 'failed' AND error_count >= $3"
+	"  AND $2 IS NOT NULL"
+	" RETURNING consumer, message_id, error_count, last_error",
+	4, {BYTEAOID, BYTEAOID, INT4OID, TEXTOID}
+};
+
+static IdemStatement mark_done = {
+	"UPDATE @extschema@.idem_inbox"
+	" SET state = 'done', processed_at = clock_timestamp(), retry_at = NULL"
+	" WHERE inbox_key = $1 AND scope = $2 AND state = 'processing'",
+	2, {BYTEAOID, TEXTOID}
+};
+
+/*
+ * Record one failed attempt: $1 key, $2 consumer, $3 message_id, $4
+ * payload hash and $5 max_attempts (both NULL when unknown), $6 error, $7
+ * when the attempt started, $8 the error_count the attempt began from (a
+ * guard, NULL for none), $9/$10 the backoff base and cap, $11 the
+ * message's scope.  One
+ * clock_timestamp() for failed_at and retry_at, so retry_at - failed_at
+ * is the delay exactly.
+ */
+static IdemStatement record_failure = {
+	"WITH now AS (SELECT clock_timestamp() AS t)"
+	" INSERT INTO @extschema@.idem_inbox AS m"
+	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
+	"  error_count, last_error, received_at, attempt_started_at, failed_at,"
+	"  retry_at, dead_at, scope)"
+	" SELECT $1, $2, $3, $4,"
+	"  CASE WHEN 1 >= $5 THEN 'dead' ELSE 'failed' END, $5, 1, $6, now.t, $7, now.t,"
+	"  CASE WHEN 1 >= $5 THEN NULL ELSE now.t + least($9, $10) END,"
+	"  CASE WHEN 1 >= $5 THEN now.t END, $11"
+	" FROM now"
+	" ON CONFLICT (inbox_key, scope) DO UPDATE SET"
+	"  error_count = m.error_count + 1,"
+	"  last_error = excluded.last_error,"
+	"  attempt_started_at = coalesce(excluded.attempt_started_at, m.attempt_started_at),"
+	"  failed_at = excluded.failed_at,"
+	"  state = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
+	"   THEN 'dead' ELSE 'failed' END,"
+	"  dead_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
+	"   THEN excluded.failed_at END,"
+	"  retry_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5) THEN NULL"
+	"   ELSE excluded.failed_at"
+	"    + least($9 * power(2, least(m.error_count, 30))::float8, $10) END"
+	" WHERE m.state IN ('failed', 'processing')"
+	"  AND ($8::integer IS NULL OR m.error_count = $8)"
+	" RETURNING m.state, m.error_count, m.retry_at - m.failed_at, m.last_error",
+	11, RECORD_ARGS
+};
+
+static IdemStatement revive_message = {
+	"UPDATE @extschema@.idem_inbox"
+	" SET state = 'failed', error_count = 0, dead_at = NULL, retry_at = NULL"
+	" WHERE inbox_key = $1 AND state = 'dead'",
+	1, {BYTEAOID}
+};
+
+#define PRUNABLE(alias) \
+	"((" alias "state = 'done' AND " alias "processed_at < clock_timestamp() - $2)" \
+	" OR (" alias "state = 'dead' AND " alias "dead_at < clock_timestamp() - $2))"
+
+static IdemStatement prune_messages = {
+	"WITH batch AS MATERIALIZED ("
+	"  SELECT inbox_key, scope FROM @extschema@.idem_inbox"
+	"   WHERE " PRUNABLE("")
+	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" DELETE FROM @extschema@.idem_inbox m USING batch"
+	"  WHERE m.inbox_key = batch.inbox_key AND m.scope = batch.scope"
+	"    AND " PRUNABLE("m."),
+	2, {INT4OID, INTERVALOID}
+};
+
+/*
+ * The (consumer, message_id) arguments, checked, and the row key they
+ * make: SHA-256 of the domain tag and the two length-prefixed strings.
+ */
+static bytea *
+message_key(FunctionCallInfo fcinfo, text **consumer, text **message_id)
+{
+	text	   *fields[2];
+
+	idem_require_arg(fcinfo, 0, "consumer");
+	idem_require_arg(fcinfo, 1, "message_id");
+	*consumer = PG_GETARG_TEXT_PP(0);
+	*message_id = PG_GETARG_TEXT_PP(1);
+	if (VARSIZE_ANY_EXHDR(*consumer) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("consumer must not be empty")));
+	if (VARSIZE_ANY_EXHDR(*message_id) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message_id must not be empty")));
+
+	fields[0] = *consumer;
+	fields[1] = *message_id;
+	return idem_tuple_digest(inbox_domain, fields, 2);
+}
+
+/*
+ * Mark a message dead and stage its dead-letter event; from the RETURNING
+ * row (consumer, message_id, error_count, last_error) of the statement
+ * that made it dead.  Caller is in SPI.
+ */
+static void
+dead_letter(Oid namespace, HeapTuple row, TupleDesc desc, int first_column)
+{
+	bool		isnull;
+	bool		error_null;
+	Datum		consumer = SPI_getbinval(row, desc, first_column, &isnull);
+	Datum		message_id = SPI_getbinval(row, desc, first_column + 1, &isnull);
+	int32		error_count = DatumGetInt32(SPI_getbinval(row, desc, first_column + 2, &isnull));
+	Datum		last_error = SPI_getbinval(row, desc, first_column + 3, &error_null);
+
+	idem_outbox_stage_dead_letter(namespace, consumer, message_id, error_count,
+								  last_error, error_null);
+	idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
+}
+
+/*
+ * Record one failed attempt (fail, or an orphan with guarded = true).
+ * Returns "retry", "dead", "duplicate" (done meanwhile) or NULL (guarded
+ * and already recorded elsewhere).  Caller is in SPI.
+ */
+const char *
+idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer,
+						  Datum message_id, InboxAttempt *known, Datum error,
+						  bool guarded, int32 *error_count, Datum *retry_after)
+{
+	Datum		values[11];
+	char		nulls[11];
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+	bool		error_null;
+	Datum		last_error;
+	char	   *state;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = PointerGetDatum(key);
+	values[1] = consumer;
+	values[2] = message_id;
+	values[5] = error;
+	values[8] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_base_ms));
+	values[9] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_max_ms));
+	values[10] = scope;
+	if (known != NULL)
+	{
+		values[3] = PointerGetDatum(idem_inbox_digest_datum(known->payload_hash));
+		values[4] = Int32GetDatum(known->max_attempts);
+		values[6] = TimestampTzGetDatum(known->started_at);
+		values[7] = Int32GetDatum(known->seen_errors);
+		if (!guarded)
+			nulls[7] = 'n';
+	}
+	else
+		nulls[3] = nulls[4] = nulls[6] = nulls[7] = 'n';
+
+	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
+	{
+		Datum		read[2];
+
+		/* Not failed nor processing: done or dead by now, or gone. */
+		if (guarded)
+			return NULL;
+		read[0] = PointerGetDatum(key);
+		read[1] = scope;
+		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
+			elog(ERROR, "inbox message vanished while its failure was recorded");
+		row = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+		*error_count = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+		*retry_after = (Datum) 0;
+		return strcmp(state, "done") == 0 ? "duplicate" : "dead";
+	}
+
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+	*error_count = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+	if (strcmp(state, "dead") == 0)
+	{
+		/* Read before the call: its arguments' order is unspecified. */
+		last_error = SPI_getbinval(row, desc, 4, &error_null);
+		*retry_after = (Datum) 0;
+		idem_outbox_stage_dead_letter(namespace, consumer, message_id, *error_count,
+									  last_error, error_null);
+		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
+		return "dead";
+	}
+	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
+	idem_count(IDEM_STAT_INBOX_RETRY, 1);
+	return "retry";
+}
+
+/* Does a stored payload hash (NULL: a legacy row) allow this delivery? */
+static bool
+same_payload(HeapTuple row, TupleDesc desc, int column, bytea *payload_hash)
+{
+	bool		isnull;
+	Datum		stored = SPI_getbinval(row, desc, column, &isnull);
+	bytea	   *hash;
+
+	if (isnull)
+		return true;
+	hash = DatumGetByteaPP(stored);
+	return VARSIZE_ANY_EXHDR(hash) == IDEM_DIGEST_LEN &&
+		memcmp(VARDATA_ANY(hash), VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN) == 0;
+}
+
+/* Refuse to work on a 0.2 schema: ALTER EXTENSION UPDATE comes first. */
+static void
+require_scoped_schema(Oid namespace)
+{
+	if (!idem_schema_scoped(namespace))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_idem's inbox needs ALTER EXTENSION pg_idem UPDATE"),
+				 errdetail("The library is version 0.3.0; the installed extension's tables are older."),
+				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
+}
+
+/*
+ * The scope of a message's row: the caller's, or '' when the message was
+ * delivered before 0.3.0 (such rows are shared by every role).
+ */
+static Datum
+message_scope(Oid namespace, bytea *key, text *scope)
+{
+	Datum		read[2];
+	bool		isnull;
+
+	read[0] = PointerGetDatum(key);
+	read[1] = PointerGetDatum(scope);
+	if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
+		return PointerGetDatum(scope);
+	return datumCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull),
+					 false, -1);
+}
+
+/*
+ * The decision of begin: write to take the message, and if that touched
+ * nothing, read why.  Loops when the message changed in between.
+ */
+static const char *
+begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *message_id,
+			  bytea *payload_hash, int32 max_attempts, int32 *seen_errors)
+{
+	Datum		values[6];
+	Datum		take[4];
+	Datum		read[2];
+	int			round;
+
+	values[0] = PointerGetDatum(key);
+	values[1] = PointerGetDatum(consumer);
+	values[2] = PointerGetDatum(message_id);
+	values[3] = PointerGetDatum(payload_hash);
+	values[4] = Int32GetDatum(max_attempts);
+	values[5] = scope;
+	take[0] = PointerGetDatum(key);
+	take[1] = PointerGetDatum(payload_hash);
+	take[2] = Int32GetDatum(max_attempts);
+	take[3] = scope;
+	read[0] = PointerGetDatum(key);
+	read[1] = scope;
+
+	for (round = 0; round < BEGIN_MAX_ROUNDS; round++)
+	{
+		HeapTuple	row;
+		TupleDesc	desc;
+		bool		isnull;
+		char	   *state;
+		int32		error_count;
+
+		CHECK_FOR_INTERRUPTS();
+
+		/* A first delivery; waits for an in-flight first delivery. */
+		if (idem_execute(&insert_message, namespace, values, NULL, false, 1) == 1)
+		{
+			*seen_errors = 0;
+			return "process";
+		}
+		/* A retry; waits for an in-flight attempt of the same message. */
+		if (idem_execute(&start_attempt, namespace, take, NULL, false, 1) == 1)
+		{
+			*seen_errors = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 1, &isnull));
+			return "process";
+		}
+
+		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
+			continue;			/* pruned, or its first delivery rolled back */
+		row = SPI_tuptable->vals[0];
+		desc = SPI_tuptable->tupdesc;
+		state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+		error_count = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+
+		if (!same_payload(row, desc, 2, payload_hash))
+			return "mismatch";
+		if (strcmp(state, "done") == 0)
+			return "duplicate";
+		if (strcmp(state, "dead") == 0)
+			return "dead";
+		if (strcmp(state, "failed") == 0 && error_count >= max_attempts)
+		{
+			if (idem_execute(&dead_at_begin, namespace, take, NULL, false, 1) == 1)
+			{
+				dead_letter(namespace, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+				return "dead";
+			}
+		}
+		else if (strcmp(state, "processing") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("inbox message is already being processed in this transaction")));
+		/* It changed between our write and our read: decide again. */
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not begin inbox message: it changed concurrently %d times",
+					BEGIN_MAX_ROUNDS),
+			 errhint("The transaction might succeed if retried.")));
+	return NULL;				/* keep compiler quiet */
+}
+
+/*
+ * idem_inbox_begin(consumer, message_id, payload_hash, max_attempts):
+ * process, duplicate, dead or mismatch, inside the consumer's transaction.
+ */
+Datum
+idem_inbox_begin(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	text	   *consumer;
+	text	   *message_id;
+	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
+	bytea	   *payload_hash = idem_digest_arg(fcinfo, 2, "payload_hash");
+	text	   *caller_scope = idem_current_scope();
+	Datum		scope;
+	int32		max_attempts;
+	int32		seen_errors = 0;
+	const char *outcome;
+
+	idem_require_arg(fcinfo, 3, "max_attempts");
+	max_attempts = PG_GETARG_INT32(3);
+	if (max_attempts < 1 || max_attempts > INBOX_MAX_ATTEMPTS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_attempts must be between 1 and %d", INBOX_MAX_ATTEMPTS),
+				 errdetail("The max_attempts given is %d.", max_attempts)));
+	require_scoped_schema(namespace);
+
+	if (idem_inbox_find_attempt(key, true) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox message is already being processed in this transaction")));
+	if (idem_inbox_find_attempt(key, false) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the previous attempt at this inbox message was not accounted for"),
+				 errdetail("An attempt begun in this session rolled back without idem_inbox_fail, or its recorded failure is not committed yet."),
+				 errhint("Call idem_inbox_fail for the failed attempt and commit before beginning the message again.")));
+
+	idem_inbox_register_callbacks();
+	idem_inbox_lock((const uint8 *) VARDATA_ANY(key));
+	PG_TRY();
+	{
+		SPI_connect();
+		scope = message_scope(namespace, key, caller_scope);
+		outcome = begin_message(namespace, key, scope, consumer, message_id, payload_hash,
+								max_attempts, &seen_errors);
+		if (strcmp(outcome, "process") == 0)
+		{
+			/* The attempt keeps the lock; it is released once accounted for. */
+			idem_inbox_remember(namespace, key, DatumGetTextPP(scope), consumer, message_id,
+								payload_hash, max_attempts, seen_errors);
+		}
+		SPI_finish();
+	}
+	PG_CATCH();
+	{
+		idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (strcmp(outcome, "process") == 0)
+	{
+		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
+		PG_RETURN_TEXT_P(cstring_to_text(outcome));
+	}
+	idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
+	if (strcmp(outcome, "duplicate") == 0)
+		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
+	else if (strcmp(outcome, "dead") == 0)
+		idem_count(IDEM_STAT_INBOX_DEAD, 1);
+	else
+		idem_count(IDEM_STAT_INBOX_MISMATCH, 1);
+	PG_RETURN_TEXT_P(cstring_to_text(outcome));
+}
+
+/*
+ * idem_inbox_done(consumer, message_id): the message begun in this
+ * transaction is processed; commits with the handler's effects.
+ */
+Datum
+idem_inbox_done(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	text	   *consumer;
+	text	   *message_id;
+	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
+	InboxAttempt *attempt = idem_inbox_find_attempt(key, true);
+	Datum		values[2];
+	int			n;
+
+	if (attempt == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox message was not begun in this transaction"),
+				 errhint("Call idem_inbox_done in the transaction whose idem_inbox_begin answered process.")));
+
+	values[0] = PointerGetDatum(key);
+	values[1] = CStringGetTextDatum(attempt->scope);
+	SPI_connect();
+	n = idem_execute(&mark_done, namespace, values, NULL, false, 1);
+	SPI_finish();
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox message is no longer being processed"),
+				 errdetail("It was already marked done or failed in this transaction.")));
+	idem_count(IDEM_STAT_INBOX_DONE, 1);
+	PG_RETURN_VOID();
+}
+
+/*
+ * idem_inbox_fail(consumer, message_id, error): record a failed attempt
+ * after its transaction rolled back (or after ROLLBACK TO a savepoint
+ * taken after begin).  retry with the delay before the next attempt, or
+ * dead at the cap (with its dead-letter event staged); duplicate if the
+ * message was processed by another delivery meanwhile.  The attempt stays
+ * this session's (and keeps the message locked) until this transaction
+ * commits: if it aborts, or the connection drops first, the attempt is an
+ * orphan again and is still counted.
+ */
+Datum
+idem_inbox_fail(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	MemoryContext outer = CurrentMemoryContext;
+	text	   *consumer;
+	text	   *message_id;
+	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
+	InboxAttempt *known;
+	TupleDesc	tupdesc;
+	Datum		result[3];
+	bool		resnull[3] = {false, false, true};
+	const char *outcome;
+	int32		error_count = 0;
+	Datum		retry_after = (Datum) 0;
+	Datum		scope;
+	HeapTuple	tuple;
+
+	idem_require_arg(fcinfo, 2, "error");
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	require_scoped_schema(namespace);
+
+	/* What this backend knows of the attempt: open (savepoint protocol) or orphaned. */
+	known = idem_inbox_find_attempt(key, true);
+	if (known == NULL)
+		known = idem_inbox_find_attempt(key, false);
+	if (known != NULL && known->recorded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the failure of this inbox attempt is already recorded"),
+				 errdetail("idem_inbox_fail was called for it earlier in this transaction."),
+				 errhint("Commit the transaction.")));
+
+	SPI_connect();
+	scope = known != NULL ? CStringGetTextDatum(known->scope) :
+		message_scope(namespace, key, idem_current_scope());
+	outcome = idem_inbox_record_failure(namespace, key, scope, PointerGetDatum(consumer),
+										PointerGetDatum(message_id), known,
+										PG_GETARG_DATUM(2), false,
+										&error_count, &retry_after);
+	if (known != NULL)
+		idem_inbox_mark_recorded(known);
+	if (retry_after != (Datum) 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(outer);
+
+		result[2] = datumCopy(retry_after, false, sizeof(Interval));
+		resnull[2] = false;
+		MemoryContextSwitchTo(old);
+	}
+	SPI_finish();
+
+	/* Made after SPI_finish, which frees what was allocated inside SPI. */
+	result[0] = CStringGetTextDatum(outcome);
+	result[1] = Int32GetDatum(error_count);
+	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
+	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
+}
+
+/*
+ * idem_inbox_retry(consumer, message_id): revive a dead message on
+ * purpose, with a fresh count of attempts; false if it is not dead.
+ */
+Datum
+idem_inbox_retry(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	text	   *consumer;
+	text	   *message_id;
+	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
+	Datum		values[1];
+	int			n;
+
+	values[0] = PointerGetDatum(key);
+	SPI_connect();
+	n = idem_execute(&revive_message, namespace, values, NULL, false, 1);
+	SPI_finish();
+	if (n == 1)
+		idem_count(IDEM_STAT_INBOX_REVIVED, 1);
+	PG_RETURN_BOOL(n == 1);
+}
+
+/*
+ * idem_inbox_prune(older_than, batch): delete at most batch done or dead
+ * messages finished more than older_than ago.  A pruned message that is
+ * delivered again is processed again: older_than is the dedup window.
+ */
+Datum
+idem_inbox_prune(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	Interval   *older_than;
+	Interval	zero = {0};
+	int32		batch;
+	Datum		values[2];
+	int			deleted;
+
+	idem_require_arg(fcinfo, 0, "older_than");
+	older_than = PG_GETARG_INTERVAL_P(0);
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(older_than),
+										  IntervalPGetDatum(&zero))) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("older_than must not be negative")));
+	idem_require_arg(fcinfo, 1, "batch");
+	batch = PG_GETARG_INT32(1);
+	if (batch < 1 || batch > PRUNE_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", PRUNE_MAX_BATCH),
+				 errdetail("The batch given is %d.", batch)));
+
+	values[0] = Int32GetDatum(batch);
+	values[1] = IntervalPGetDatum(older_than);
+	SPI_connect();
+	deleted = idem_execute(&prune_messages, namespace, values, NULL, false, 0);
+	SPI_finish();
+	idem_count(IDEM_STAT_INBOX_PRUNED, deleted);
+	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * Constraint trigger idem_inbox_message_done: refuse to commit a
+ * transaction in which a begun message is still processing.  Same shape
+ * as idem_keys_claim_finished (txn_guard.c).
+ */
+Datum
+idem_inbox_message_done(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleTableSlot *slot;
+	bool		isnull;
+	Datum		consumer;
+	Datum		message_id;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"idem_inbox_message_done\" was not called by trigger manager")));
+	if (!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"idem_inbox_message_done\" must be fired AFTER INSERT OR UPDATE FOR EACH ROW")));
+
+	slot = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newslot : trigdata->tg_trigslot;
+
+	/* Marked done or failed later in the transaction: fine. */
+	if (!table_tuple_satisfies_snapshot(trigdata->tg_relation, slot, SnapshotSelf))
+		return PointerGetDatum(NULL);
+
+	consumer = slot_getattr(slot, 2, &isnull);
+	message_id = slot_getattr(slot, 3, &isnull);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_MESSAGE_UNFINISHED),
+			 errmsg("inbox message begun in this transaction was not marked done"),
+			 errdetail("Message %s of consumer %s is still processing at commit.",
+					   quote_literal_cstr(TextDatumGetCString(message_id)),
+					   quote_literal_cstr(TextDatumGetCString(consumer))),
+			 errhint("Call idem_inbox_done before COMMIT, or roll back and call idem_inbox_fail."),
+			 errtableconstraint(trigdata->tg_relation, "idem_inbox_message_done")));
+	return PointerGetDatum(NULL);
+}

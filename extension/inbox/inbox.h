@@ -1,0 +1,62 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox.h
+ *	  Declarations shared by the inbox's functions (inbox.c) and its
+ *	  per-backend registry of attempts (inbox_attempts.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_INBOX_H
+#define IDEM_INBOX_H
+
+#include "outbox/outbox.h"
+
+/* last_error of an attempt recorded when its session ended. */
+#define SESSION_ENDED_ERROR		"consumer session ended during the attempt"
+
+/*
+ * An attempt this backend began.  Open while its transaction runs; an
+ * orphan once that transaction (or the subtransaction of begin) aborted;
+ * recorded once idem_inbox_fail (or DISCARD ALL) wrote its failure, until
+ * the recording commits (then it is forgotten) or aborts (an orphan
+ * again).  Until it is forgotten the attempt holds its message's lock.
+ * Kept in TopMemoryContext.
+ */
+typedef struct InboxAttempt
+{
+	uint8		key[IDEM_DIGEST_LEN];
+	Oid			namespace;
+	char	   *scope;
+	char	   *consumer;
+	char	   *message_id;
+	uint8		payload_hash[IDEM_DIGEST_LEN];
+	int32		max_attempts;
+	int32		seen_errors;	/* error_count when the attempt began */
+	TimestampTz started_at;
+	SubTransactionId subid;		/* open attempts: the subtransaction of begin */
+	Oid			owner;			/* the user begin ran as (its definer) */
+	bool		open;
+	bool		recorded;		/* its failure is written, not yet committed */
+	SubTransactionId recorded_subid;
+} InboxAttempt;
+
+/* inbox_attempts.c */
+extern void idem_inbox_lock(const uint8 *digest);
+extern void idem_inbox_unlock(const uint8 *digest);
+extern InboxAttempt *idem_inbox_find_attempt(const bytea *key, bool open);
+extern void idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
+								text *message_id, bytea *payload_hash,
+								int32 max_attempts, int32 seen_errors);
+extern void idem_inbox_mark_recorded(InboxAttempt *attempt);
+extern void idem_inbox_register_callbacks(void);
+extern void idem_inbox_init_hooks(void);
+extern bytea *idem_inbox_digest_datum(const uint8 *digest);
+
+/* inbox.c: record one failed attempt; the caller is in SPI. */
+extern const char *idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope,
+											 Datum consumer, Datum message_id,
+											 InboxAttempt *known, Datum error,
+											 bool guarded, int32 *error_count,
+											 Datum *retry_after);
+
+#endif							/* IDEM_INBOX_H */

@@ -1,0 +1,425 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox_attempts.c
+ *	  The attempts a backend has begun, and the paths that keep the
+ *	  inbox's attempt cap on every way a session can end or forget them.
+ *
+ * Everything idem_inbox_begin writes rolls back with a failed attempt, so
+ * a failure has to be recorded by a transaction that commits on its own
+ * (see inbox.c).  Until it is, the attempt holds a session-level lock on
+ * its message (an advisory lock on the first 8 bytes of its key), so that
+ * no concurrent delivery starts from a count that misses it.  The lock is
+ * released only when the attempt is accounted for:
+ *
+ *	 - its transaction commits with the message done, or with its failure
+ *	   recorded by idem_inbox_fail (the savepoint protocol) — a recording
+ *	   that is rolled back, or whose connection drops before COMMIT, makes
+ *	   the attempt an orphan again instead of losing it;
+ *	 - an orphan's failure is recorded by a later idem_inbox_fail on this
+ *	   session, by DISCARD ALL (which a session pooler runs when a client
+ *	   leaves: the orphans are recorded in its transaction before it
+ *	   releases the advisory locks), or by the backend on its way out
+ *	   (before_shmem_exit runs before a backend's locks are released);
+ *	 - pg_advisory_unlock_all() would release the lock while the attempt
+ *	   is unaccounted for: a statement that calls it is refused then (at
+ *	   parse analysis); PREPARE TRANSACTION would move the attempt out of
+ *	   this session: it is refused while an attempt is open or its
+ *	   recording uncommitted.
+ *
+ * The one case left uncounted is a crash of the server itself (immediate
+ * shutdown, a backend killed by signal 9, power loss) during an attempt:
+ * nothing of that attempt was committed anywhere, so the message runs one
+ * more time after the restart.  Counting it would need a write that
+ * commits before the handler runs, outside the consumer's transaction,
+ * which would give up processing the message and its effects in one
+ * transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "inbox/inbox.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/parsenodes.h"
+#include "parser/analyze.h"
+#include "storage/ipc.h"
+#include "storage/lock.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+static List *attempts = NIL;
+static bool callbacks_registered = false;
+
+static ProcessUtility_hook_type prev_process_utility = NULL;
+static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
+
+/* A 32-byte bytea built from a remembered digest. */
+bytea *
+idem_inbox_digest_datum(const uint8 *digest)
+{
+	bytea	   *result = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_DIGEST_LEN);
+	memcpy(VARDATA(result), digest, IDEM_DIGEST_LEN);
+	return result;
+}
+
+/* The advisory lock key of a message: the first 8 bytes of its digest. */
+static int64
+message_lock_id(const uint8 *digest)
+{
+	int64		id;
+
+	memcpy(&id, digest, sizeof(id));
+	return id;
+}
+
+/* Take the message's session-level lock, waiting for its current attempt. */
+void
+idem_inbox_lock(const uint8 *digest)
+{
+	DirectFunctionCall1(pg_advisory_lock_int8,
+						Int64GetDatum(message_lock_id(digest)));
+}
+
+/*
+ * Release the message's session-level lock, if this session still holds
+ * it (DISCARD ALL may have released it already).
+ */
+void
+idem_inbox_unlock(const uint8 *digest)
+{
+	LOCKTAG		tag;
+	int64		id = message_lock_id(digest);
+
+	/* The tag pg_advisory_lock(bigint) uses. */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (id >> 32), (uint32) id, 1);
+	if (LockHeldByMe(&tag, ExclusiveLock))
+		(void) LockRelease(&tag, ExclusiveLock, true);
+}
+
+/*
+ * The attempt this backend remembers for key: open, or not open (an
+ * orphan; with open = false also a recorded one), or NULL.
+ */
+InboxAttempt *
+idem_inbox_find_attempt(const bytea *key, bool open)
+{
+	ListCell   *lc;
+
+	foreach(lc, attempts)
+	{
+		InboxAttempt *a = (InboxAttempt *) lfirst(lc);
+
+		if (a->open == open &&
+			memcmp(a->key, VARDATA_ANY(key), IDEM_DIGEST_LEN) == 0)
+			return a;
+	}
+	return NULL;
+}
+
+/* Forget an attempt that is accounted for, and release its lock. */
+static void
+forget_attempt(InboxAttempt *a)
+{
+	idem_inbox_unlock(a->key);
+	attempts = list_delete_ptr(attempts, a);
+	pfree(a->scope);
+	pfree(a->consumer);
+	pfree(a->message_id);
+	pfree(a);
+}
+
+/* Is any attempt open or awaiting the commit of its recording? */
+static bool
+any_unsettled(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, attempts)
+	{
+		InboxAttempt *a = (InboxAttempt *) lfirst(lc);
+
+		if (a->open || a->recorded)
+			return true;
+	}
+	return false;
+}
+
+/* The failure of an attempt was written in the current subtransaction. */
+void
+idem_inbox_mark_recorded(InboxAttempt *attempt)
+{
+	attempt->recorded = true;
+	attempt->recorded_subid = GetCurrentSubTransactionId();
+}
+
+/*
+ * Transaction end: a commit accounts for the open attempts (done) and the
+ * recorded ones; an abort makes both orphans.  PREPARE is refused before
+ * it happens (XACT_EVENT_PRE_PREPARE).
+ */
+static void
+inbox_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (any_unsettled())
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot PREPARE a transaction with an inbox attempt"),
+						 errdetail("A prepared transaction could be rolled back in another session, and the attempt would not be counted."),
+						 errhint("Commit or roll back the consumer's transaction instead.")));
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			foreach(lc, attempts)
+			{
+				InboxAttempt *a = (InboxAttempt *) lfirst(lc);
+
+				if (a->open || a->recorded)
+				{
+					idem_inbox_unlock(a->key);
+					attempts = foreach_delete_current(attempts, lc);
+					pfree(a->scope);
+					pfree(a->consumer);
+					pfree(a->message_id);
+					pfree(a);
+				}
+			}
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			foreach(lc, attempts)
+			{
+				InboxAttempt *a = (InboxAttempt *) lfirst(lc);
+
+				a->open = false;
+				a->recorded = false;
+			}
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Subtransaction end: rolled back to before begin orphans the attempt;
+ * rolled back to before its recording un-records it.
+ */
+static void
+inbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, attempts)
+	{
+		InboxAttempt *a = (InboxAttempt *) lfirst(lc);
+
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			if (a->open && a->subid == mySubid)
+				a->open = false;
+			if (a->recorded && a->recorded_subid == mySubid)
+				a->recorded = false;
+		}
+		else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		{
+			if (a->open && a->subid == mySubid)
+				a->subid = parentSubid;
+			if (a->recorded && a->recorded_subid == mySubid)
+				a->recorded_subid = parentSubid;
+		}
+	}
+}
+
+/*
+ * Record an orphan's failure in the current transaction, as
+ * idem_inbox_begin ran: as its owner (SECURITY DEFINER; the session's role
+ * may not write idem_inbox) and with its pinned search_path, as
+ * fmgr_security_definer would.  Guarded by the error_count the attempt
+ * started from, so an attempt recorded elsewhere is not counted twice.
+ */
+static void
+record_orphan(InboxAttempt *a)
+{
+	int32		error_count;
+	Datum		retry_after;
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(a->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	SPI_connect();
+	idem_inbox_record_failure(a->namespace, idem_inbox_digest_datum(a->key),
+							  CStringGetTextDatum(a->scope),
+							  CStringGetTextDatum(a->consumer),
+							  CStringGetTextDatum(a->message_id), a,
+							  CStringGetTextDatum(SESSION_ENDED_ERROR),
+							  true, &error_count, &retry_after);
+	SPI_finish();
+	PopActiveSnapshot();
+	AtEOXact_GUC(true, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/*
+ * Backend exit: record every orphaned attempt, each in a transaction of
+ * its own, as RemoveTempRelationsCallback runs its cleanup.  An error
+ * raised here is promoted to FATAL (proc_exit is running): it is logged
+ * and the remaining orphans stay uncounted.
+ */
+static void
+inbox_at_exit(int code, Datum arg)
+{
+	if (attempts == NIL)
+		return;
+	AbortOutOfAnyTransaction();		/* turns open attempts into orphans */
+
+	while (attempts != NIL)
+	{
+		InboxAttempt *a = (InboxAttempt *) linitial(attempts);
+
+		StartTransactionCommand();
+		record_orphan(a);
+		CommitTransactionCommand();
+		forget_attempt(a);
+	}
+}
+
+/*
+ * DISCARD ALL releases every advisory lock: first record the orphans in
+ * its own transaction (DISCARD ALL cannot run in a transaction block, so
+ * no attempt is open); they are forgotten when it commits.
+ */
+static void
+inbox_process_utility(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+
+	if (attempts != NIL && IsA(parsetree, DiscardStmt) &&
+		((DiscardStmt *) parsetree)->target == DISCARD_ALL &&
+		!IsTransactionBlock())
+	{
+		ListCell   *lc;
+
+		foreach(lc, attempts)
+		{
+			InboxAttempt *a = (InboxAttempt *) lfirst(lc);
+
+			if (!a->open && !a->recorded)
+			{
+				record_orphan(a);
+				idem_inbox_mark_recorded(a);
+			}
+		}
+	}
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+}
+
+/* Does the expression tree call pg_advisory_unlock_all()? */
+static bool
+calls_unlock_all(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, FuncExpr) && ((FuncExpr *) node)->funcid == F_PG_ADVISORY_UNLOCK_ALL)
+		return true;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, calls_unlock_all, context, 0);
+	return expression_tree_walker(node, calls_unlock_all, context);
+}
+
+/*
+ * Refuse a statement that calls pg_advisory_unlock_all() while an attempt
+ * is unaccounted for.  (A built-in function cannot be hooked at call time,
+ * so the check is made when the statement is analyzed: a statement
+ * prepared before the attempt began is not checked.)
+ */
+static void
+inbox_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
+{
+	if (prev_post_parse_analyze)
+		prev_post_parse_analyze(pstate, query, jstate);
+	if (attempts != NIL &&
+		query_tree_walker(query, calls_unlock_all, NULL, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot release all advisory locks while an inbox attempt is unaccounted for"),
+				 errdetail("The attempt's lock keeps concurrent deliveries from running the message past its cap."),
+				 errhint("Finish the attempt (idem_inbox_done, or idem_inbox_fail and COMMIT) first, or end the session.")));
+}
+
+/* Install the utility and parse-analysis hooks; called from _PG_init. */
+void
+idem_inbox_init_hooks(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = inbox_process_utility;
+	prev_post_parse_analyze = post_parse_analyze_hook;
+	post_parse_analyze_hook = inbox_post_parse_analyze;
+}
+
+/* Register the transaction and exit callbacks once per backend. */
+void
+idem_inbox_register_callbacks(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(inbox_xact_callback, NULL);
+	RegisterSubXactCallback(inbox_subxact_callback, NULL);
+	before_shmem_exit(inbox_at_exit, (Datum) 0);
+	callbacks_registered = true;
+}
+
+/* Remember an attempt begun in the current (sub)transaction. */
+void
+idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
+					text *message_id, bytea *payload_hash, int32 max_attempts,
+					int32 seen_errors)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	InboxAttempt *a = palloc0(sizeof(InboxAttempt));
+
+	memcpy(a->key, VARDATA_ANY(key), IDEM_DIGEST_LEN);
+	a->namespace = namespace;
+	a->scope = text_to_cstring(scope);
+	a->consumer = text_to_cstring(consumer);
+	a->message_id = text_to_cstring(message_id);
+	memcpy(a->payload_hash, VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN);
+	a->max_attempts = max_attempts;
+	a->seen_errors = seen_errors;
+	a->started_at = GetCurrentTimestamp();
+	a->subid = GetCurrentSubTransactionId();
+	a->owner = GetUserId();
+	a->open = true;
+	attempts = lappend(attempts, a);
+	MemoryContextSwitchTo(old);
+}

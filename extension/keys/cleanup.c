@@ -1,0 +1,115 @@
+/*-------------------------------------------------------------------------
+ *
+ * cleanup.c
+ *	  The two horizons of a key's life (lifetime.c): dropping responses
+ *	  past idem.ttl and deleting rows past idem.tombstone_ttl.
+ *
+ * Past idem.ttl a completed key's response headers and body are dropped
+ * and it becomes "expired": its fingerprint (request hash, status,
+ * generation, times) stays, so that a late retry is told so instead of
+ * silently running again.  Past idem.tombstone_ttl (or idem.ttl, if that
+ * is longer) every finished key is deleted.  A pending key is never
+ * touched: its owner may still be running (see idem_stuck).
+ *
+ * The age and state predicate stands in the UPDATE and the DELETE
+ * themselves, not only in the subquery that picks the batch: a key
+ * re-claimed, renewed or finalized between the pick and the write is
+ * re-checked against its newest version and survives (the bug in the
+ * seed's original cleanup).  The batch is picked with the same predicate,
+ * so failed keys still in their cooldown cannot fill every batch and
+ * stall the cleanup.  SKIP LOCKED lets several sessions clean at once
+ * without waiting on one another or on a key that is being written.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "core/pg_idem.h"
+
+#include "catalog/pg_type.h"
+
+PG_FUNCTION_INFO_V1(idem_cleanup);
+
+/* Largest batch one call may handle: bounds the statement's duration. */
+#define CLEANUP_MAX_BATCH 1000000
+
+#define DELETABLE(k) \
+	k "state IN ('completed', 'failed', 'expired')" \
+	" AND " k "created_at < clock_timestamp() - $2" \
+	" AND (" k "state <> 'failed' OR " k "lease_expires_at < clock_timestamp())"
+
+static IdemStatement delete_finished = {
+	"WITH batch AS MATERIALIZED ("
+	"  SELECT cache_key, scope FROM @extschema@.idem_keys"
+	"   WHERE " DELETABLE("")
+	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" DELETE FROM @extschema@.idem_keys k USING batch"
+	"  WHERE k.cache_key = batch.cache_key AND k.scope = batch.scope"
+	"    AND " DELETABLE("k."),
+	2, {INT4OID, INTERVALOID},
+	"WITH batch AS MATERIALIZED ("
+	"  SELECT cache_key FROM @extschema@.idem_keys"
+	"   WHERE " DELETABLE("")
+	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" DELETE FROM @extschema@.idem_keys k USING batch"
+	"  WHERE k.cache_key = batch.cache_key AND " DELETABLE("k.")
+};
+
+#define EXPIRABLE(k) \
+	k "state = 'completed' AND " k "created_at < clock_timestamp() - $2"
+
+static IdemStatement expire_responses = {
+	"WITH batch AS MATERIALIZED ("
+	"  SELECT cache_key, scope FROM @extschema@.idem_keys"
+	"   WHERE " EXPIRABLE("")
+	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" UPDATE @extschema@.idem_keys k"
+	"    SET state = 'expired', response_headers = NULL, response_body = NULL"
+	"   FROM batch"
+	"  WHERE k.cache_key = batch.cache_key AND k.scope = batch.scope"
+	"    AND " EXPIRABLE("k."),
+	2, {INT4OID, INTERVALOID}
+};
+
+/* Run one cleanup statement over at most batch keys older than age_s. */
+static int
+clean(Oid namespace, IdemStatement *stmt, int32 batch, int age_s)
+{
+	Datum		values[2];
+
+	values[0] = Int32GetDatum(batch);
+	values[1] = IntervalPGetDatum(idem_ms_interval((int64) age_s * 1000));
+	return idem_execute(stmt, namespace, values, NULL, false, 0);
+}
+
+/*
+ * idem_cleanup(batch): delete finished keys past the tombstone horizon and
+ * drop the responses of completed keys past idem.ttl, at most batch keys
+ * in all; returns how many keys it deleted or expired.
+ */
+Datum
+idem_cleanup(PG_FUNCTION_ARGS)
+{
+	Oid			namespace = idem_function_namespace(fcinfo);
+	int32		batch;
+	int			deleted;
+	int			expired = 0;
+	/* A 0.2 schema (before ALTER EXTENSION UPDATE) has one horizon. */
+	int			delete_after_s = idem_schema_scoped(namespace) ?
+		Max(idem_ttl_s, idem_tombstone_ttl_s) : idem_ttl_s;
+
+	idem_require_arg(fcinfo, 0, "batch");
+	batch = PG_GETARG_INT32(0);
+	if (batch < 1 || batch > CLEANUP_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", CLEANUP_MAX_BATCH),
+				 errdetail("The batch given is %d.", batch)));
+
+	SPI_connect();
+	deleted = clean(namespace, &delete_finished, batch, delete_after_s);
+	if (deleted < batch && delete_after_s > idem_ttl_s)
+		expired = clean(namespace, &expire_responses, batch - deleted, idem_ttl_s);
+	SPI_finish();
+	idem_count(IDEM_STAT_CLEANUP_DELETED, deleted);
+	idem_count(IDEM_STAT_CLEANUP_EXPIRED, expired);
+	PG_RETURN_INT64(deleted + expired);
+}

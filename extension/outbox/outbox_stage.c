@@ -1,0 +1,580 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *	  The transactional outbox: its settings and staging.  Claims, acks,
+ *	  nacks and prune are in outbox_claim.c; the wait, the backlog and the
+ *	  idem_outbox view's writes in outbox_wait.c.
+ *
+ * An event is staged by an insert in the caller's transaction, so it exists
+ * exactly when the domain change commits, and staging costs one row and
+ * nothing else (no NOTIFY, no lock held to commit).  Events are inserted
+ * directly (direct_table.c): no executor per event, and a batch is its
+ * events' rows written in array order by one call.  The stage registers the outbox's
+ * wake-up channel: idle drainers (idem_outbox_wait) wake when the
+ * stager's transaction commits, never before.
+ *
+ * Every event carries the stager's scope (scope.c): drainers claim only
+ * their own scope's events (and those staged before 0.3.0, scope '').
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "outbox/outbox.h"
+#include "table/direct_table.h"
+
+#include "access/xact.h"
+#include "access/tupdesc.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/tuplestore.h"
+
+PG_FUNCTION_INFO_V1(idem_outbox_stage_json);
+PG_FUNCTION_INFO_V1(idem_outbox_stage_bytes);
+PG_FUNCTION_INFO_V1(idem_outbox_stage_batch);
+
+#define BACKOFF_MAX_STEPS		32
+
+int			idem_outbox_max_attempts = 6;
+bool		idem_outbox_archive = true;
+int			idem_inbox_backoff_base_ms = 1000;
+int			idem_inbox_backoff_max_ms = 60 * 1000;
+static char *outbox_backoff_string = NULL;
+
+/* The parsed idem.outbox_backoff schedule (a GUC "extra"). */
+typedef struct BackoffSchedule
+{
+	int			nsteps;
+	int			ms[BACKOFF_MAX_STEPS];
+} BackoffSchedule;
+
+static BackoffSchedule *outbox_backoff = NULL;
+
+/* Parse "5s, 30s, 2min" into a schedule; false (with a detail) if malformed. */
+static bool
+parse_backoff(const char *value, BackoffSchedule *schedule)
+{
+	char	   *copy = pstrdup(value);
+	char	   *item;
+	char	   *save = NULL;
+
+	schedule->nsteps = 0;
+	for (item = strtok_r(copy, ",", &save); item != NULL;
+		 item = strtok_r(NULL, ",", &save))
+	{
+		const char *hint = NULL;
+		int			ms;
+
+		while (*item == ' ')
+			item++;
+		if (schedule->nsteps == BACKOFF_MAX_STEPS)
+		{
+			GUC_check_errdetail("At most %d steps are allowed.", BACKOFF_MAX_STEPS);
+			return false;
+		}
+		if (!parse_int(item, &ms, GUC_UNIT_MS, &hint) || ms < 0)
+		{
+			GUC_check_errdetail("\"%s\" is not a duration such as 5s, 2min or 1h.", item);
+			return false;
+		}
+		schedule->ms[schedule->nsteps++] = ms;
+	}
+	if (schedule->nsteps == 0)
+	{
+		GUC_check_errdetail("The schedule needs at least one duration.");
+		return false;
+	}
+	return true;
+}
+
+/* Check hook of idem.outbox_backoff: parse once, keep the result as extra. */
+static bool
+check_outbox_backoff(char **newval, void **extra, GucSource source)
+{
+	BackoffSchedule parsed;
+	BackoffSchedule *result;
+
+	if (!parse_backoff(*newval, &parsed))
+		return false;
+	result = malloc(sizeof(BackoffSchedule));
+	if (result == NULL)
+		return false;
+	*result = parsed;
+	*extra = result;
+	return true;
+}
+
+/* Assign hook of idem.outbox_backoff. */
+static void
+assign_outbox_backoff(const char *newval, void *extra)
+{
+	outbox_backoff = (BackoffSchedule *) extra;
+}
+
+/* Register the idem.* settings of the inbox and the outbox; from _PG_init. */
+void
+idem_define_message_settings(void)
+{
+	/* Superuser only: they decide the fate of every drainer's events. */
+	DefineCustomIntVariable("idem.outbox_max_attempts",
+							"Publish attempts of an outbox event before it is dead (1 .. 1000).",
+							"Attempts are counted when a drainer claims the event.",
+							&idem_outbox_max_attempts,
+							6, 1, 1000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idem.outbox_backoff",
+							   "Delays before retrying a nacked outbox event, one per attempt.",
+							   "A comma-separated list of durations; the last one repeats.",
+							   &outbox_backoff_string,
+							   "5s, 30s, 2min, 5min, 15min, 30min",
+							   PGC_SUSET, 0,
+							   check_outbox_backoff, assign_outbox_backoff, NULL);
+
+	DefineCustomBoolVariable("idem.outbox_archive",
+							 "Whether an ack keeps published outbox events in idem_outbox_archive.",
+							 "Off deletes them at the ack (no retention: idem.outbox_retention does not apply).",
+							 &idem_outbox_archive,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.inbox_backoff_base",
+							"Retry delay after an inbox message's first failure (1ms .. 1 day).",
+							"The delay doubles with every failure, up to idem.inbox_backoff_max.",
+							&idem_inbox_backoff_base_ms,
+							1000, 1, 24 * 60 * 60 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.inbox_backoff_max",
+							"Longest retry delay of an inbox message (1ms .. 1 day).",
+							NULL,
+							&idem_inbox_backoff_max_ms,
+							60 * 1000, 1, 24 * 60 * 60 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* The backoff schedule as an interval[] for the nack statement. */
+ArrayType *
+idem_outbox_backoff_array(void)
+{
+	Datum		steps[BACKOFF_MAX_STEPS];
+	int			i;
+
+	if (outbox_backoff == NULL)
+		elog(ERROR, "idem.outbox_backoff is not set");
+	for (i = 0; i < outbox_backoff->nsteps; i++)
+		steps[i] = IntervalPGetDatum(idem_ms_interval(outbox_backoff->ms[i]));
+	return construct_array(steps, outbox_backoff->nsteps, INTERVALOID,
+						   sizeof(Interval), false, TYPALIGN_DOUBLE);
+}
+
+/* Bounds of the arguments: they keep one call's work bounded. */
+#define OUTBOX_MAX_BATCH		10000
+#define OUTBOX_MAX_TOPIC_BYTES	255
+
+/*
+ * What staging one event writes: the row of idem_outbox_queue, inserted
+ * directly (direct_table.c), without an executor per event.  The id, the
+ * state and the counters come from the columns' defaults.
+ */
+enum
+{
+	QUEUE_ID,
+	QUEUE_TOPIC,
+	QUEUE_MESSAGE_KEY,
+	QUEUE_KEY_HASH,
+	QUEUE_PAYLOAD,
+	QUEUE_PAYLOAD_BYTES,
+	QUEUE_HEADERS,
+	QUEUE_AVAILABLE_AT,
+	QUEUE_SCOPE,
+	QUEUE_NCOLUMNS
+};
+
+static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
+	[QUEUE_ID] = {"id", INT8OID},
+	[QUEUE_TOPIC] = {"topic", TEXTOID},
+	[QUEUE_MESSAGE_KEY] = {"message_key", TEXTOID},
+	[QUEUE_KEY_HASH] = {"key_hash", BYTEAOID},
+	[QUEUE_PAYLOAD] = {"payload", JSONBOID},
+	[QUEUE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
+	[QUEUE_HEADERS] = {"headers", JSONBOID},
+	[QUEUE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
+	[QUEUE_SCOPE] = {"scope", TEXTOID},
+};
+
+static DirectTable queue_table = {"idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS};
+
+/* Refuse a batch size outside 1 .. max. */
+int32
+idem_outbox_batch_arg(FunctionCallInfo fcinfo, int argno, int32 max)
+{
+	int32		batch;
+
+	idem_require_arg(fcinfo, argno, "batch");
+	batch = PG_GETARG_INT32(argno);
+	if (batch < 1 || batch > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", max),
+				 errdetail("The batch given is %d.", batch)));
+	return batch;
+}
+
+/* Refuse a negative interval, by name. */
+static Interval *
+check_non_negative(Interval *span, const char *name)
+{
+	Interval	zero = {0};
+
+	if (DatumGetInt32(DirectFunctionCall2(interval_cmp, IntervalPGetDatum(span),
+										  IntervalPGetDatum(&zero))) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", name),
+				 errdetail("The %s given is %s.", name,
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(span))))));
+	return span;
+}
+
+/* A non-NULL interval argument that must not be negative. */
+Interval *
+idem_outbox_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	idem_require_arg(fcinfo, argno, name);
+	return check_non_negative(PG_GETARG_INTERVAL_P(argno), name);
+}
+
+/* Refuse an empty or over-long topic. */
+static void
+check_topic(text *topic)
+{
+	if (VARSIZE_ANY_EXHDR(topic) == 0 ||
+		VARSIZE_ANY_EXHDR(topic) > OUTBOX_MAX_TOPIC_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("topic must be between 1 and %d bytes", OUTBOX_MAX_TOPIC_BYTES),
+				 errdetail("The topic given is %d bytes long.",
+						   (int) VARSIZE_ANY_EXHDR(topic))));
+}
+
+/* A message key's SHA-256 as bytea; an empty key is refused. */
+static bytea *
+key_hash(text *key)
+{
+	bytea	   *hash;
+
+	if (VARSIZE_ANY_EXHDR(key) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("key must not be empty"),
+				 errhint("Pass NULL for an event that needs no per-key order.")));
+	hash = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+	SET_VARSIZE(hash, VARHDRSZ + IDEM_DIGEST_LEN);
+	idem_sha256((const uint8 *) VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key),
+				(uint8 *) VARDATA(hash));
+	return hash;
+}
+
+/* Refuse headers that are not a JSON object. */
+static void
+check_headers(Jsonb *headers)
+{
+	if (!JB_ROOT_IS_OBJECT(headers) || JB_ROOT_IS_SCALAR(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object"),
+				 errdetail("Headers are stored as {\"name\": value, ...}.")));
+}
+
+/*
+ * Write one checked event's row into the open queue (key_hash: the key's
+ * SHA-256, NULL without a key; json_payload tells which payload column
+ * payload goes to); its id.  The one description of an event's row, for
+ * single stages and batches alike.
+ */
+static int64
+stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, text *key, bytea *hash,
+		  Jsonb *headers, Interval *delay, text *scope)
+{
+	TupleTableSlot *slot = direct_new_row(queue, NULL);
+	TimestampTz now = GetCurrentTimestamp();
+	ItemPointerData tid;
+
+	direct_set(queue, QUEUE_TOPIC, PointerGetDatum(topic), false);
+	direct_set(queue, QUEUE_MESSAGE_KEY, PointerGetDatum(key), key == NULL);
+	direct_set(queue, QUEUE_KEY_HASH, PointerGetDatum(hash), hash == NULL);
+	direct_set(queue, QUEUE_PAYLOAD, payload, !json_payload);
+	direct_set(queue, QUEUE_PAYLOAD_BYTES, payload, json_payload);
+	direct_set(queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
+	direct_set(queue, QUEUE_AVAILABLE_AT,
+			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
+	direct_set(queue, QUEUE_SCOPE, PointerGetDatum(scope), false);
+	/* Opened as an inserter, the table cannot have changed shape since. */
+	if (direct_insert(queue, false, &tid) != DIRECT_WRITTEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("outbox event not staged"),
+				 errdetail("A BEFORE INSERT trigger on idem_outbox_queue skipped the row.")));
+	return DatumGetInt64(slot->tts_values[direct_attnum(queue, QUEUE_ID) - 1]);
+}
+
+/*
+ * Insert one checked event; json_payload tells which payload column
+ * payload goes to.  Wakes drainers at commit.
+ */
+static int64
+insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
+			 text *key, Jsonb *headers, Interval *delay)
+{
+	text	   *scope = idem_current_scope();
+	DirectTable *queue;
+	int64		id;
+
+	check_topic(topic);
+	if (headers != NULL)
+		check_headers(headers);
+	if (delay != NULL)
+		(void) check_non_negative(delay, "delay");
+
+	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	id = stage_row(queue, topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
+				   headers, delay, scope);
+	direct_close(queue);
+
+	idem_count(IDEM_STAT_OUTBOX_STAGED, 1);
+	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
+	return id;
+}
+
+/* See messages.h. */
+int64
+idem_outbox_stage_event(Oid namespace, text *topic, Jsonb *payload, text *key,
+						Jsonb *headers, Interval *delay)
+{
+	if (topic == NULL || payload == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", topic == NULL ? "topic" : "payload"),
+				 errdetail("An outbox event needs a topic and a payload.")));
+	return insert_event(namespace, topic, JsonbPGetDatum(payload), true, key,
+						headers, delay);
+}
+
+/*
+ * Shared body of the SQL stage functions (topic, payload, key, headers,
+ * delay): validate, insert in the caller's transaction, return the id.
+ */
+static Datum
+stage_common(FunctionCallInfo fcinfo, bool json_payload)
+{
+	text	   *topic;
+	text	   *key;
+	Jsonb	   *headers;
+	Interval   *delay;
+
+	idem_require_arg(fcinfo, 0, "topic");
+	topic = PG_GETARG_TEXT_PP(0);
+	check_topic(topic);
+	idem_require_arg(fcinfo, 1, "payload");
+	key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
+	headers = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
+	PG_RETURN_INT64(insert_event(idem_function_namespace(fcinfo), topic,
+								 PG_GETARG_DATUM(1), json_payload,
+								 key, headers, delay));
+}
+
+/* idem_outbox_stage(topic, payload jsonb, key, headers, delay): an event with a JSON payload. */
+Datum
+idem_outbox_stage_json(PG_FUNCTION_ARGS)
+{
+	return stage_common(fcinfo, true);
+}
+
+/*
+ * idem_outbox_stage_bytes(topic, payload bytea, key, headers, delay), and
+ * the deprecated bytea overload of idem_outbox_stage: a binary payload.
+ */
+Datum
+idem_outbox_stage_bytes(PG_FUNCTION_ARGS)
+{
+	return stage_common(fcinfo, false);
+}
+
+/* A one-dimensional array argument's elements (NULL argument: n = -1). */
+static void
+array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid elemtype,
+		  int16 elemlen, bool elembyval, char elemalign,
+		  Datum **elems, bool **nulls, int *n)
+{
+	ArrayType  *array;
+
+	*n = -1;
+	if (PG_ARGISNULL(argno))
+		return;
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", name),
+				 errdetail("The array given has %d dimensions.", ARR_NDIM(array))));
+	deconstruct_array(array, elemtype, elemlen, elembyval, elemalign, elems, nulls, n);
+}
+
+/* Refuse a per-event array whose length differs from the payloads'. */
+static void
+check_length(const char *name, int n, int npayloads)
+{
+	if (n >= 0 && n != npayloads)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must have one element per payload", name),
+				 errdetail("There are %d payloads and %d %s.", npayloads, n, name),
+				 errhint("Pass NULL for no %s at all, or a NULL element for one event.", name)));
+}
+
+/*
+ * idem_outbox_stage_batch(topic, payloads jsonb[], keys text[], headers
+ * jsonb[], delay): one event per payload, in one call; returns the ids in
+ * the payloads' order.
+ */
+Datum
+idem_outbox_stage_batch(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			namespace = idem_function_namespace(fcinfo);
+	Datum	   *payloads,
+			   *keys = NULL,
+			   *headers = NULL;
+	bool	   *payload_nulls,
+			   *key_nulls = NULL,
+			   *header_nulls = NULL;
+	int			npayloads,
+				nkeys,
+				nheaders,
+				i;
+	text	   *topic;
+	Interval   *delay;
+	text	   *scope;
+	DirectTable *queue;
+	TupleDesc	tupdesc;
+	Tuplestorestate *store;
+	MemoryContext old;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idem_outbox_stage_batch must be called where a set is accepted"),
+				 errdetail("Call it as SELECT * FROM idem_outbox_stage_batch(...).")));
+
+	idem_require_arg(fcinfo, 0, "topic");
+	topic = PG_GETARG_TEXT_PP(0);
+	check_topic(topic);
+	idem_require_arg(fcinfo, 1, "payloads");
+	array_arg(fcinfo, 1, "payloads", JSONBOID, -1, false, TYPALIGN_INT,
+			  &payloads, &payload_nulls, &npayloads);
+	if (npayloads > OUTBOX_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("at most %d events can be staged in one batch", OUTBOX_MAX_BATCH),
+				 errdetail("The batch has %d payloads.", npayloads),
+				 errhint("Split it into several calls in the same transaction.")));
+	for (i = 0; i < npayloads; i++)
+		if (payload_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("payloads must not contain nulls"),
+					 errdetail("Payload %d is NULL.", i + 1)));
+	array_arg(fcinfo, 2, "keys", TEXTOID, -1, false, TYPALIGN_INT,
+			  &keys, &key_nulls, &nkeys);
+	check_length("keys", nkeys, npayloads);
+	array_arg(fcinfo, 3, "headers", JSONBOID, -1, false, TYPALIGN_INT,
+			  &headers, &header_nulls, &nheaders);
+	check_length("headers", nheaders, npayloads);
+
+	if (nheaders >= 0)
+		for (i = 0; i < nheaders; i++)
+			if (!header_nulls[i])
+				check_headers(DatumGetJsonbP(headers[i]));
+	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
+	scope = idem_current_scope();
+
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	tupdesc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "id", INT8OID, -1, 0);
+	store = tuplestore_begin_heap(true, false, work_mem);
+	MemoryContextSwitchTo(old);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = store;
+	rsinfo->setDesc = tupdesc;
+
+	if (npayloads == 0)
+		return (Datum) 0;
+
+	/* In array order: ids follow the arrays, and so does per-key order. */
+	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	for (i = 0; i < npayloads; i++)
+	{
+		bool		has_key = nkeys >= 0 && !key_nulls[i];
+		text	   *key = has_key ? DatumGetTextPP(keys[i]) : NULL;
+		bool		isnull = false;
+		Datum		id;
+
+		id = Int64GetDatum(stage_row(queue, topic, payloads[i], true, key,
+									 has_key ? key_hash(key) : NULL,
+									 nheaders >= 0 && !header_nulls[i] ?
+									 DatumGetJsonbP(headers[i]) : NULL,
+									 delay, scope));
+		tuplestore_putvalues(store, tupdesc, &id, &isnull);
+	}
+	direct_close(queue);
+	idem_count(IDEM_STAT_OUTBOX_STAGED, npayloads);
+	idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
+	return (Datum) 0;
+}
+
+/* Append a JSON string (escaped) for a text Datum to buf. */
+static void
+append_json_text(StringInfo buf, Datum value)
+{
+	escape_json(buf, TextDatumGetCString(value));
+}
+
+/*
+ * Stage an inbox message's dead-letter event (through
+ * idem_outbox_stage_event); the caller is in SPI.
+ */
+void
+idem_outbox_stage_dead_letter(Oid namespace, Datum consumer, Datum message_id,
+							  int32 error_count, Datum last_error, bool last_error_null)
+{
+	StringInfoData json;
+	Jsonb	   *payload;
+
+	initStringInfo(&json);
+	appendStringInfoString(&json, "{\"consumer\": ");
+	append_json_text(&json, consumer);
+	appendStringInfoString(&json, ", \"message_id\": ");
+	append_json_text(&json, message_id);
+	appendStringInfo(&json, ", \"error_count\": %d, \"last_error\": ", error_count);
+	if (last_error_null)
+		appendStringInfoString(&json, "null");
+	else
+		append_json_text(&json, last_error);
+	appendStringInfoChar(&json, '}');
+	payload = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data)));
+	(void) idem_outbox_stage_event(namespace, cstring_to_text(IDEM_INBOX_DEAD_TOPIC),
+								   payload, NULL, NULL, NULL);
+}

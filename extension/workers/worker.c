@@ -1,0 +1,300 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The cleanup worker: deletes expired keys and prunes finished outbox
+ *	  events, inbox messages and attempts in one database, so that no cron
+ *	  job is needed.
+ *
+ * Started by the launcher (launcher.c) once per pass and database, with
+ * the database's OID as its argument.  It looks pg_idem up in the catalog
+ * and exits at once where it is not installed; otherwise it runs each job
+ * in batches of idem.cleanup_batch, one transaction per batch, so that no
+ * pass holds locks or a snapshot for long, and exits.  An error in one job
+ * is reported and the next job runs.
+ *
+ * It runs no SQL text at all: the extension and its schema are found in
+ * the catalog by name, each job's function by its exact signature in that
+ * schema, checked to be a member of the extension, and called through its
+ * OID.  Nothing resolves through search_path, so objects a hostile role
+ * creates in the extension's schema, public or pg_temp are never run.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "core/pg_idem.h"
+#include "workers/worker.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/varlena.h"
+
+PGDLLEXPORT void idem_cleanup_worker_main(Datum main_arg);
+
+bool		idem_cleanup_worker = true;
+int			idem_cleanup_interval_s = 60;
+char	   *idem_database = NULL;
+
+static int	idem_cleanup_batch = 1000;
+static int	idem_outbox_retention_s = 7 * 24 * 60 * 60;
+static int	idem_inbox_retention_s = 7 * 24 * 60 * 60;
+static int	idem_attempt_retention_s = 31 * 24 * 60 * 60;
+
+/* Most batches of one job in a pass: bounds a pass when far behind. */
+#define MAX_BATCHES_PER_PASS 100
+
+/*
+ * What a pass runs, in order.  With a retention, the function is
+ * f(older_than interval, batch integer); without, f(batch integer) and it
+ * uses idem.ttl.  A job whose function the installed version lacks is
+ * skipped.
+ */
+typedef struct CleanupJob
+{
+	const char *function;
+	int		   *retention_s;
+} CleanupJob;
+
+static const CleanupJob cleanup_jobs[] = {
+	{"idem_cleanup", NULL},
+	{"idem_outbox_prune", &idem_outbox_retention_s},
+	{"idem_inbox_prune", &idem_inbox_retention_s},
+	{"idem_attempt_prune", &idem_attempt_retention_s},
+};
+
+/* idem.database must be a comma-separated list of database names. */
+static bool
+check_database_list(char **newval, void **extra, GucSource source)
+{
+	char	   *copy = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(copy, ',', &names);
+
+	list_free(names);
+	pfree(copy);
+	if (!ok)
+	{
+		GUC_check_errdetail("idem.database is a comma-separated list of database names, or empty for every database.");
+		return false;
+	}
+	return true;
+}
+
+/* Define the worker's settings and register the launcher (preload only). */
+void
+idem_worker_init(void)
+{
+	DefineCustomBoolVariable("idem.cleanup_worker",
+							 "Whether the cleanup worker deletes expired keys.",
+							 "Needs pg_idem in shared_preload_libraries; off pauses the worker.",
+							 &idem_cleanup_worker, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.cleanup_interval",
+							"Time between two cleanup passes (1s .. 1d).",
+							NULL,
+							&idem_cleanup_interval_s, 60, 1, 24 * 60 * 60,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.cleanup_batch",
+							"Rows the cleanup worker deletes per transaction (1 .. 1000000).",
+							NULL,
+							&idem_cleanup_batch, 1000, 1, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.outbox_retention",
+							"Age after which the worker prunes published and dead outbox events (1s .. 68 years).",
+							NULL,
+							&idem_outbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.inbox_retention",
+							"Age after which the worker prunes done and dead inbox messages, the dedup window (1s .. 68 years).",
+							NULL,
+							&idem_inbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.attempt_retention",
+							"Age after which the worker prunes finished attempts (1s .. 68 years).",
+							NULL,
+							&idem_attempt_retention_s, 31 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomStringVariable("idem.database",
+							   "Databases the cleanup worker serves: a comma-separated list, empty for every database with pg_idem.",
+							   NULL,
+							   &idem_database, "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   check_database_list, NULL, NULL);
+
+	if (process_shared_preload_libraries_in_progress)
+		idem_launcher_register();
+}
+
+/*
+ * The pg_idem extension of the connected database and its schema, looked
+ * up by name in pg_extension: false when it is not installed.
+ */
+static bool
+find_extension(Oid *extension, Oid *schema)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		found = false;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("pg_idem"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tup = systable_getnext(scan);
+	if (HeapTupleIsValid(tup))
+	{
+		Form_pg_extension ext = (Form_pg_extension) GETSTRUCT(tup);
+
+		*extension = ext->oid;
+		*schema = ext->extnamespace;
+		found = true;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
+ * The OID of a job's function: exactly that name and signature in the
+ * extension's schema, and a member of the extension; InvalidOid when the
+ * installed version has no such function.
+ */
+static Oid
+job_function(const CleanupJob *job, Oid extension, Oid schema)
+{
+	Oid			argtypes[2];
+	int			nargs = 0;
+	Oid			func;
+
+	if (job->retention_s != NULL)
+		argtypes[nargs++] = INTERVALOID;
+	argtypes[nargs++] = INT4OID;
+	func = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+						   CStringGetDatum(job->function),
+						   PointerGetDatum(buildoidvector(argtypes, nargs)),
+						   ObjectIdGetDatum(schema));
+	if (!OidIsValid(func) || getExtensionOfObject(ProcedureRelationId, func) != extension)
+		return InvalidOid;
+	return func;
+}
+
+/*
+ * One batch of one job in its own transaction: rows deleted, or -1 when
+ * pg_idem (or this job's function) is not installed in the database.
+ */
+static int64
+run_batch(const CleanupJob *job)
+{
+	Oid			extension;
+	Oid			schema;
+	Oid			func = InvalidOid;
+	int64		deleted = -1;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, job->function);
+
+	if (find_extension(&extension, &schema))
+		func = job_function(job, extension, schema);
+	if (OidIsValid(func))
+	{
+		Datum		batch = Int32GetDatum(idem_cleanup_batch);
+
+		if (job->retention_s == NULL)
+			deleted = DatumGetInt64(OidFunctionCall1(func, batch));
+		else
+			deleted = DatumGetInt64(OidFunctionCall2(func,
+													 IntervalPGetDatum(idem_ms_interval((int64) *job->retention_s * 1000)),
+													 batch));
+	}
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return deleted;
+}
+
+/* One job in batches until one comes back short (bounded); false if absent. */
+static bool
+run_job(const CleanupJob *job)
+{
+	int			i;
+
+	for (i = 0; i < MAX_BATCHES_PER_PASS; i++)
+	{
+		int64		deleted = run_batch(job);
+
+		if (deleted < 0)
+			return false;
+		if (deleted < idem_cleanup_batch)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return true;
+}
+
+/* Entry point of a cleanup worker: one pass in one database, then exit. */
+void
+idem_cleanup_worker_main(Datum main_arg)
+{
+	MemoryContext job_context;
+	int			j;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnectionByOid(DatumGetObjectId(main_arg), InvalidOid, 0);
+	pgstat_report_appname("pg_idem cleanup worker");
+
+	job_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup job",
+										ALLOCSET_DEFAULT_SIZES);
+	for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(job_context);
+		volatile bool present = true;
+
+		PG_TRY();
+		{
+			present = run_job(&cleanup_jobs[j]);
+		}
+		PG_CATCH();
+		{
+			/* Report, clean up, and go on with the next job. */
+			MemoryContextSwitchTo(job_context);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(job_context);
+		/* The first job's function exists in every version: absent = not installed. */
+		if (!present && j == 0)
+		{
+			elog(DEBUG1, "pg_idem cleanup worker: pg_idem is not installed in this database");
+			break;
+		}
+	}
+	proc_exit(0);
+}
