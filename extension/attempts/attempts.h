@@ -40,7 +40,6 @@
 #ifndef ATTEMPTS_H
 #define ATTEMPTS_H
 
-#include "core/pg_idem.h"
 
 #include "utils/jsonb.h"
 

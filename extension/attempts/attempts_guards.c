@@ -6,6 +6,10 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/errors.h"
+#include "core/statements.h"
 #include "attempts/attempts.h"
 
 #include "access/htup_details.h"
@@ -14,6 +18,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/rel.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 PG_FUNCTION_INFO_V1(idem_attempts_transition_guard);

@@ -6,6 +6,10 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/hashing.h"
 #include "attempts/attempts.h"
 
 #include "lib/stringinfo.h"

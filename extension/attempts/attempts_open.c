@@ -6,6 +6,12 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/hashing.h"
+#include "core/statements.h"
+#include "core/stats.h"
 #include "attempts/attempts.h"
 
 #include "access/htup_details.h"

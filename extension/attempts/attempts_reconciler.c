@@ -6,6 +6,10 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/statements.h"
 #include "attempts/attempts.h"
 
 #include "catalog/pg_type.h"

@@ -6,6 +6,11 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/statements.h"
+#include "core/stats.h"
 #include "attempts/attempts.h"
 
 #include "catalog/pg_type.h"

@@ -11,8 +11,11 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/hashing.h"
 #include "common/cryptohash.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"

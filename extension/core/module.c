@@ -1,30 +1,35 @@
 /*-------------------------------------------------------------------------
  *
- * pg_idem.c
- *	  Module entry point: settings, statistics and the cleanup worker.
+ * module.c
+ *	  The module's entry point: each part's init, in dependency order.
+ *
+ * Loaded by shared_preload_libraries (then the shared-memory parts and
+ * the cleanup launcher are set up) or on first use in a session (then
+ * counters and server-side waits run without shared memory; see each
+ * part's init).
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
-#include "inbox/inbox.h"
+#include "postgres.h"
 
-#include "utils/guc.h"
+#include "core/settings.h"
+#include "core/stats.h"
+#include "core/wakeup.h"
+#include "inbox/inbox.h"
+#include "workers/worker.h"
+
+#include "fmgr.h"
 
 PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
-/* Define the settings; loaded on first use or by shared_preload_libraries. */
 void
 _PG_init(void)
 {
-	idem_define_settings();
-	idem_define_message_settings();
-	idem_define_scope_setting();
-	idem_define_lifetime_settings();
+	idem_settings_init();
 	idem_stats_init();
 	idem_wakeup_init();
-	idem_inbox_init_hooks();
-	idem_worker_init();
-	MarkGUCPrefixReserved("idem");
+	idem_inbox_init();
+	idem_workers_init();
 }

@@ -22,29 +22,16 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/scope.h"
+#include "core/settings.h"
 #include "catalog/pg_authid.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-
-/* idem.scope: empty for the session's role. */
-static char *idem_scope_setting = NULL;
-
-/* Define idem.scope; called from _PG_init. */
-void
-idem_define_scope_setting(void)
-{
-	DefineCustomStringVariable("idem.scope",
-							   "Role whose idempotency keys, inbox messages and outbox events this session uses.",
-							   "Empty for the session's own role; otherwise a role the session has the privileges of.",
-							   &idem_scope_setting,
-							   "",
-							   PGC_USERSET, 0,
-							   NULL, NULL, NULL);
-}
 
 /*
  * The caller's scope as text: the session's role, or idem.scope when the

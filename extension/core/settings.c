@@ -1,56 +1,143 @@
 /*-------------------------------------------------------------------------
  *
  * settings.c
- *	  The idem.* settings and the checks every function applies to its
- *	  arguments.
+ *	  Every idem.* setting, in one place: its default, range, who may set
+ *	  it, and the checks between settings.
  *
- * Durations are validated here once, so that no function can be handed
- * a lease of zero, a negative lease or one of years and quietly turn it
- * into "no expiry".
+ * Grouped by what they govern: claims and leases, a key's whole life,
+ * role isolation, the outbox and the inbox, the cleanup worker.  The
+ * functions read the variables declared in settings.h; the range of each
+ * is stated in its description, as SHOW and pg_settings print it.
+ *
+ * Superuser-only settings (PGC_SUSET) are those that decide what happens
+ * to other sessions' rows: a session that could shorten idem.ttl could
+ * take over or clean up other requests' finished keys.
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
+#include "postgres.h"
 
-#include "common/int.h"
+#include <limits.h>
+
+#include "core/arguments.h"
+#include "core/settings.h"
+
+#include "catalog/pg_type.h"
+#include "nodes/pg_list.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/memutils.h"
-#include "utils/timestamp.h"
+#include "utils/varlena.h"
 
+/* Claims and leases */
 int			idem_lease_ms = 30 * 1000;
 int			idem_max_lease_ms = 60 * 60 * 1000;
 int			idem_ttl_s = 24 * 60 * 60;
 int			idem_failure_cooldown_ms = 2 * 1000;
 int			idem_max_response_bytes = 2 * 1024 * 1024;
 
-/* Shortest lease accepted: anything shorter expires before it is read. */
-#define IDEM_MIN_LEASE_MS 1
+/* A key's whole life */
+int			idem_tombstone_ttl_s = 31 * 24 * 60 * 60;
+int			idem_after_ttl = IDEM_AFTER_TTL_REFUSE;
+int			idem_max_wait_ms = 30 * 1000;
 
-/*
- * A duration in the units the documentation and SHOW use: the largest of
- * d, h, min, s, ms that divides it exactly ("1h", "90s", "1500ms").
- */
-char *
-idem_format_ms(int64 ms)
+/* Role isolation: empty for the session's own role */
+char	   *idem_scope_setting = NULL;
+
+/* The outbox and the inbox */
+int			idem_outbox_max_attempts = 6;
+bool		idem_outbox_archive = true;
+int			idem_inbox_backoff_base_ms = 1000;
+int			idem_inbox_backoff_max_ms = 60 * 1000;
+static char *outbox_backoff_string = NULL;
+
+/* The cleanup worker */
+bool		idem_cleanup_worker = true;
+int			idem_cleanup_interval_s = 60;
+char	   *idem_database = NULL;
+int			idem_cleanup_batch = 1000;
+int			idem_outbox_retention_s = 7 * 24 * 60 * 60;
+int			idem_inbox_retention_s = 7 * 24 * 60 * 60;
+int			idem_attempt_retention_s = 31 * 24 * 60 * 60;
+
+#define BACKOFF_MAX_STEPS		32
+
+
+/* The parsed idem.outbox_backoff schedule (a GUC "extra"). */
+typedef struct BackoffSchedule
 {
-	static const struct
-	{
-		int64		ms;
-		const char *unit;
-	}			units[] = {
-		{24 * 60 * 60 * 1000, "d"}, {60 * 60 * 1000, "h"}, {60 * 1000, "min"},
-		{1000, "s"}, {1, "ms"},
-	};
-	int			i;
+	int			nsteps;
+	int			ms[BACKOFF_MAX_STEPS];
+} BackoffSchedule;
 
-	for (i = 0; i < (int) lengthof(units); i++)
+static BackoffSchedule *outbox_backoff = NULL;
+
+/* Parse "5s, 30s, 2min" into a schedule; false (with a detail) if malformed. */
+static bool
+parse_backoff(const char *value, BackoffSchedule *schedule)
+{
+	char	   *copy = pstrdup(value);
+	char	   *item;
+	char	   *save = NULL;
+
+	schedule->nsteps = 0;
+	for (item = strtok_r(copy, ",", &save); item != NULL;
+		 item = strtok_r(NULL, ",", &save))
 	{
-		if (ms != 0 && ms % units[i].ms == 0)
-			return psprintf(INT64_FORMAT "%s", ms / units[i].ms, units[i].unit);
+		const char *hint = NULL;
+		int			ms;
+
+		while (*item == ' ')
+			item++;
+		if (schedule->nsteps == BACKOFF_MAX_STEPS)
+		{
+			GUC_check_errdetail("At most %d steps are allowed.", BACKOFF_MAX_STEPS);
+			return false;
+		}
+		if (!parse_int(item, &ms, GUC_UNIT_MS, &hint) || ms < 0)
+		{
+			GUC_check_errdetail("\"%s\" is not a duration such as 5s, 2min or 1h.", item);
+			return false;
+		}
+		schedule->ms[schedule->nsteps++] = ms;
 	}
-	return psprintf(INT64_FORMAT "ms", ms);
+	if (schedule->nsteps == 0)
+	{
+		GUC_check_errdetail("The schedule needs at least one duration.");
+		return false;
+	}
+	return true;
 }
+
+/* Check hook of idem.outbox_backoff: parse once, keep the result as extra. */
+static bool
+check_outbox_backoff(char **newval, void **extra, GucSource source)
+{
+	BackoffSchedule parsed;
+	BackoffSchedule *result;
+
+	if (!parse_backoff(*newval, &parsed))
+		return false;
+	result = malloc(sizeof(BackoffSchedule));
+	if (result == NULL)
+		return false;
+	*result = parsed;
+	*extra = result;
+	return true;
+}
+
+/* Assign hook of idem.outbox_backoff. */
+static void
+assign_outbox_backoff(const char *newval, void *extra)
+{
+	outbox_backoff = (BackoffSchedule *) extra;
+}
+
+static const struct config_enum_entry after_ttl_options[] = {
+	{"refuse", IDEM_AFTER_TTL_REFUSE, false},
+	{"rerun", IDEM_AFTER_TTL_RERUN, false},
+	{NULL, 0, false}
+};
 
 /*
  * Whether a check hook applies the cross-setting rules to a value from
@@ -120,13 +207,44 @@ check_max_lease(int *newval, void **extra, GucSource source)
 	return false;
 }
 
-/*
- * Register the idem.* settings; called from _PG_init.  idem.max_lease
- * comes first, so that the values of idem.lease and idem.failure_cooldown
- * in postgresql.conf are checked against its configured value at start.
- */
-void
-idem_define_settings(void)
+/* idem.database must be a comma-separated list of database names. */
+static bool
+check_database_list(char **newval, void **extra, GucSource source)
+{
+	char	   *copy = pstrdup(*newval);
+	List	   *names;
+	bool		ok = SplitIdentifierString(copy, ',', &names);
+
+	list_free(names);
+	pfree(copy);
+	if (!ok)
+	{
+		GUC_check_errdetail("idem.database is a comma-separated list of database names, or empty for every database.");
+		return false;
+	}
+	return true;
+}
+
+/* The backoff schedule as an interval[] for the nack statement. */
+ArrayType *
+idem_outbox_backoff_array(void)
+{
+	Datum		steps[BACKOFF_MAX_STEPS];
+	int			i;
+
+	if (outbox_backoff == NULL)
+		elog(ERROR, "idem.outbox_backoff is not set");
+	for (i = 0; i < outbox_backoff->nsteps; i++)
+		steps[i] = IntervalPGetDatum(idem_ms_interval(outbox_backoff->ms[i]));
+	return construct_array(steps, outbox_backoff->nsteps, INTERVALOID,
+						   sizeof(Interval), false, TYPALIGN_DOUBLE);
+}
+
+/* Claims and leases.  idem.max_lease comes first, so that the values of
+ * idem.lease and idem.failure_cooldown in postgresql.conf are checked
+ * against its configured value at start. */
+static void
+define_claim_settings(void)
 {
 	DefineCustomIntVariable("idem.max_lease",
 							"Longest lease or cooldown a caller may ask for (1ms .. 24 days).",
@@ -173,126 +291,149 @@ idem_define_settings(void)
 							NULL, NULL, NULL);
 }
 
-/* A pure duration of ms milliseconds, for the lease arithmetic in SQL. */
-Interval *
-idem_ms_interval(int64 ms)
+/* A key's whole life: its two horizons and a follower's wait. */
+static void
+define_lifetime_settings(void)
 {
-	Interval   *result = palloc0(sizeof(Interval));
+	/*
+	 * Superuser only, like idem.ttl: they decide what happens to other
+	 * requests' keys.
+	 */
+	DefineCustomIntVariable("idem.tombstone_ttl",
+							"How long a finished key's fingerprint is kept after its claim (0 .. 68 years; 0: as long as idem.ttl).",
+							"Between idem.ttl and this, a retry gets expired (or reruns, see idem.after_ttl); after it the key is new.",
+							&idem_tombstone_ttl_s,
+							31 * 24 * 60 * 60, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
 
-	result->time = ms * USECS_PER_MSEC;
-	return result;
+	DefineCustomEnumVariable("idem.after_ttl",
+							 "What a retry of a finished key gets once idem.ttl has passed: refuse (outcome expired) or rerun (outcome recovered_ttl).",
+							 NULL,
+							 &idem_after_ttl,
+							 IDEM_AFTER_TTL_REFUSE, after_ttl_options,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.max_wait",
+							"Longest max_wait a follower may ask idem_claim or idem_begin for (0 .. 1h).",
+							"A follower's wait holds a connection; 0 turns server-side waits off.",
+							&idem_max_wait_ms,
+							30 * 1000, 0, 60 * 60 * 1000,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }
 
-/*
- * Exact length of an interval in microseconds, with a month counted as 30
- * days and a day as 24 hours (as EXTRACT(epoch) does), saturated to
- * PG_INT64_MIN or PG_INT64_MAX on overflow so that a huge negative
- * interval is still reported as negative.
- */
-int64
-idem_interval_usecs(const Interval *span)
+/* Role isolation (scope.c). */
+static void
+define_scope_setting(void)
 {
-	int64		days;
-	int64		day_usecs;
-	int64		usecs;
-
-	days = (int64) span->month * DAYS_PER_MONTH + span->day;
-	if (pg_mul_s64_overflow(days, USECS_PER_DAY, &day_usecs))
-		return days < 0 ? PG_INT64_MIN : PG_INT64_MAX;
-	if (pg_add_s64_overflow(day_usecs, span->time, &usecs))
-		return day_usecs < 0 ? PG_INT64_MIN : PG_INT64_MAX;
-	return usecs;
+	DefineCustomStringVariable("idem.scope",
+							   "Role whose idempotency keys, inbox messages and outbox events this session uses.",
+							   "Empty for the session's own role; otherwise a role the session has the privileges of.",
+							   &idem_scope_setting,
+							   "",
+							   PGC_USERSET, 0,
+							   NULL, NULL, NULL);
 }
 
-/* ts + span, as timestamptz + interval computes it in SQL. */
-TimestampTz
-idem_time_plus(TimestampTz ts, Interval *span)
+/* The outbox and the inbox. */
+static void
+define_message_settings(void)
 {
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(ts),
-												   IntervalPGetDatum(span)));
+	/* Superuser only: they decide the fate of every drainer's events. */
+	DefineCustomIntVariable("idem.outbox_max_attempts",
+							"Publish attempts of an outbox event before it is dead (1 .. 1000).",
+							"Attempts are counted when a drainer claims the event.",
+							&idem_outbox_max_attempts,
+							6, 1, 1000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idem.outbox_backoff",
+							   "Delays before retrying a nacked outbox event, one per attempt.",
+							   "A comma-separated list of durations; the last one repeats.",
+							   &outbox_backoff_string,
+							   "5s, 30s, 2min, 5min, 15min, 30min",
+							   PGC_SUSET, 0,
+							   check_outbox_backoff, assign_outbox_backoff, NULL);
+
+	DefineCustomBoolVariable("idem.outbox_archive",
+							 "Whether an ack keeps published outbox events in idem_outbox_archive.",
+							 "Off deletes them at the ack (no retention: idem.outbox_retention does not apply).",
+							 &idem_outbox_archive,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.inbox_backoff_base",
+							"Retry delay after an inbox message's first failure (1ms .. 1 day).",
+							"The delay doubles with every failure, up to idem.inbox_backoff_max.",
+							&idem_inbox_backoff_base_ms,
+							1000, 1, 24 * 60 * 60 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.inbox_backoff_max",
+							"Longest retry delay of an inbox message (1ms .. 1 day).",
+							NULL,
+							&idem_inbox_backoff_max_ms,
+							60 * 1000, 1, 24 * 60 * 60 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }
 
-/* An interval's length in microseconds for a message, in the docs' units. */
-static char *
-format_usecs(int64 usecs)
+/* The cleanup worker (workers/). */
+static void
+define_worker_settings(void)
 {
-	if (usecs == PG_INT64_MAX)
-		return pstrdup("over 290000 years");	/* saturated by interval_usecs */
-	if (usecs % USECS_PER_MSEC == 0)
-		return idem_format_ms(usecs / USECS_PER_MSEC);
-	return psprintf("%.3fms", (double) usecs / USECS_PER_MSEC);
+	DefineCustomBoolVariable("idem.cleanup_worker",
+							 "Whether the cleanup worker deletes expired keys.",
+							 "Needs pg_idem in shared_preload_libraries; off pauses the worker.",
+							 &idem_cleanup_worker, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.cleanup_interval",
+							"Time between two cleanup passes (1s .. 1d).",
+							NULL,
+							&idem_cleanup_interval_s, 60, 1, 24 * 60 * 60,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.cleanup_batch",
+							"Rows the cleanup worker deletes per transaction (1 .. 1000000).",
+							NULL,
+							&idem_cleanup_batch, 1000, 1, 1000000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.outbox_retention",
+							"Age after which the worker prunes published and dead outbox events (1s .. 68 years).",
+							NULL,
+							&idem_outbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.inbox_retention",
+							"Age after which the worker prunes done and dead inbox messages, the dedup window (1s .. 68 years).",
+							NULL,
+							&idem_inbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.attempt_retention",
+							"Age after which the worker prunes finished attempts (1s .. 68 years).",
+							NULL,
+							&idem_attempt_retention_s, 31 * 24 * 60 * 60, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomStringVariable("idem.database",
+							   "Databases the cleanup worker serves: a comma-separated list, empty for every database with pg_idem.",
+							   NULL,
+							   &idem_database, "",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   check_database_list, NULL, NULL);
+
 }
 
-/*
- * Validate a lease or cooldown argument and normalise it to a pure
- * duration.  NULL means the setting given as default_ms.  The bound is
- * idem.max_lease, checked for the default too: the settings' check hooks
- * cannot see every combination (values applied at session start come in
- * no particular order), so this check stays.
- */
-Interval *
-idem_lease_argument(FunctionCallInfo fcinfo, int argno, const char *what,
-					bool allow_zero, int default_ms)
-{
-	int64		usecs;
-	int64		min_usecs = allow_zero ? 0 : IDEM_MIN_LEASE_MS * USECS_PER_MSEC;
-	int64		max_usecs = (int64) idem_max_lease_ms * USECS_PER_MSEC;
-
-	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
-		usecs = (int64) default_ms * USECS_PER_MSEC;
-	else
-		usecs = idem_interval_usecs(PG_GETARG_INTERVAL_P(argno));
-
-	if (usecs < min_usecs)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be %s", what,
-						allow_zero ? "zero or positive" : "at least 1 millisecond"),
-				 errdetail("The %s given is %s.", what,
-						   usecs < 0 ? "negative" : usecs == 0 ? "zero" : "shorter than 1 millisecond")));
-	if (usecs > max_usecs)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must not exceed idem.max_lease (%s)", what,
-						idem_format_ms(idem_max_lease_ms)),
-				 (PG_NARGS() <= argno || PG_ARGISNULL(argno)) ?
-				 errdetail("No %s was given, and the default is %s.", what, format_usecs(usecs)) :
-				 errdetail("The %s given is %s.", what, format_usecs(usecs)),
-				 errhint("Renew a lease while the work runs instead of asking for a long one.")));
-
-	{
-		Interval   *result = palloc0(sizeof(Interval));
-
-		result->time = usecs;
-		return result;
-	}
-}
-
-/* Refuse a NULL argument by name: a NULL never becomes a silent default. */
+/* Register every idem.* setting; called first from _PG_init. */
 void
-idem_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+idem_settings_init(void)
 {
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
-}
-
-/* A non-NULL bytea argument that must be a 32-byte SHA-256 digest. */
-bytea *
-idem_digest_arg(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	bytea	   *digest;
-
-	idem_require_arg(fcinfo, argno, name);
-	digest = PG_GETARG_BYTEA_PP(argno);
-	if (VARSIZE_ANY_EXHDR(digest) != IDEM_DIGEST_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a 32-byte SHA-256 digest", name),
-				 errdetail("The value given is %d bytes long.",
-						   (int) VARSIZE_ANY_EXHDR(digest)),
-				 errhint("Compute it with idem_key() or idem_request_hash().")));
-	return digest;
+	define_claim_settings();
+	define_lifetime_settings();
+	define_scope_setting();
+	define_message_settings();
+	define_worker_settings();
+	MarkGUCPrefixReserved("idem");
 }

@@ -21,8 +21,10 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/statements.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"

@@ -32,8 +32,10 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/wakeup.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "nodes/plannodes.h"

@@ -21,11 +21,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/errors.h"
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/spi.h"
 #include "utils/rel.h"
 
 PG_FUNCTION_INFO_V1(idem_version_guard);

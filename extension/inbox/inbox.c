@@ -39,6 +39,15 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/errors.h"
+#include "core/hashing.h"
+#include "core/scope.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/stats.h"
 #include "inbox/inbox.h"
 
 #include "access/tableam.h"

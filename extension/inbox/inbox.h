@@ -9,6 +9,7 @@
 #ifndef IDEM_INBOX_H
 #define IDEM_INBOX_H
 
+#include "core/hashing.h"
 #include "outbox/outbox.h"
 
 /* last_error of an attempt recorded when its session ended. */
@@ -49,7 +50,7 @@ extern void idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *co
 								int32 max_attempts, int32 seen_errors);
 extern void idem_inbox_mark_recorded(InboxAttempt *attempt);
 extern void idem_inbox_register_callbacks(void);
-extern void idem_inbox_init_hooks(void);
+extern void idem_inbox_init(void);
 extern bytea *idem_inbox_digest_datum(const uint8 *digest);
 
 /* inbox.c: record one failed attempt; the caller is in SPI. */

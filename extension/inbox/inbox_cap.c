@@ -36,9 +36,13 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/hashing.h"
 #include "inbox/inbox.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
@@ -379,7 +383,7 @@ inbox_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 
 /* Install the utility and parse-analysis hooks; called from _PG_init. */
 void
-idem_inbox_init_hooks(void)
+idem_inbox_init(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = inbox_process_utility;

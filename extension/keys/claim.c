@@ -37,6 +37,14 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/scope.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/stats.h"
+#include "core/wakeup.h"
 #include "keys/key_table.h"
 
 #include "access/htup_details.h"

@@ -22,8 +22,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/stats.h"
 #include "catalog/pg_type.h"
 
 PG_FUNCTION_INFO_V1(idem_cleanup);

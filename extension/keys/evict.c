@@ -5,6 +5,11 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/statements.h"
+#include "core/stats.h"
 #include "keys/key_table.h"
 
 #include "miscadmin.h"

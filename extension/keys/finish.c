@@ -17,6 +17,14 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/errors.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/stats.h"
+#include "core/wakeup.h"
 #include "keys/key_table.h"
 
 #include "miscadmin.h"

@@ -16,8 +16,10 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
 
+#include "postgres.h"
+
+#include "core/errors.h"
 #include "access/tableam.h"
 #include "commands/trigger.h"
 #include "utils/builtins.h"

@@ -14,6 +14,8 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
 #include "keys/key_table.h"
 
 #include "access/htup_details.h"
@@ -21,6 +23,8 @@
 #include "commands/sequence.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
 
 /* The columns the protocol reads and writes. */
 typedef enum KeyColumn

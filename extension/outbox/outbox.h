@@ -9,7 +9,9 @@
 #ifndef IDEM_MESSAGES_H
 #define IDEM_MESSAGES_H
 
-#include "core/pg_idem.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/wakeup.h"
 
 #include "utils/jsonb.h"
 

@@ -42,6 +42,14 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/scope.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/stats.h"
+#include "core/wakeup.h"
 #include "outbox/outbox.h"
 
 #include "catalog/pg_type.h"

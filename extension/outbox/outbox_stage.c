@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * outbox.c
- *	  The transactional outbox: its settings and staging.  Claims, acks,
+ *	  The transactional outbox: staging.  Claims, acks,
  *	  nacks and prune are in outbox_claim.c; the wait, the backlog and the
  *	  idem_outbox view's writes in outbox_wait.c.
  *
@@ -18,6 +18,14 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/hashing.h"
+#include "core/scope.h"
+#include "core/statements.h"
+#include "core/stats.h"
+#include "core/wakeup.h"
 #include "outbox/outbox.h"
 #include "table/direct_table.h"
 
@@ -37,145 +45,6 @@
 PG_FUNCTION_INFO_V1(idem_outbox_stage_json);
 PG_FUNCTION_INFO_V1(idem_outbox_stage_bytes);
 PG_FUNCTION_INFO_V1(idem_outbox_stage_batch);
-
-#define BACKOFF_MAX_STEPS		32
-
-int			idem_outbox_max_attempts = 6;
-bool		idem_outbox_archive = true;
-int			idem_inbox_backoff_base_ms = 1000;
-int			idem_inbox_backoff_max_ms = 60 * 1000;
-static char *outbox_backoff_string = NULL;
-
-/* The parsed idem.outbox_backoff schedule (a GUC "extra"). */
-typedef struct BackoffSchedule
-{
-	int			nsteps;
-	int			ms[BACKOFF_MAX_STEPS];
-} BackoffSchedule;
-
-static BackoffSchedule *outbox_backoff = NULL;
-
-/* Parse "5s, 30s, 2min" into a schedule; false (with a detail) if malformed. */
-static bool
-parse_backoff(const char *value, BackoffSchedule *schedule)
-{
-	char	   *copy = pstrdup(value);
-	char	   *item;
-	char	   *save = NULL;
-
-	schedule->nsteps = 0;
-	for (item = strtok_r(copy, ",", &save); item != NULL;
-		 item = strtok_r(NULL, ",", &save))
-	{
-		const char *hint = NULL;
-		int			ms;
-
-		while (*item == ' ')
-			item++;
-		if (schedule->nsteps == BACKOFF_MAX_STEPS)
-		{
-			GUC_check_errdetail("At most %d steps are allowed.", BACKOFF_MAX_STEPS);
-			return false;
-		}
-		if (!parse_int(item, &ms, GUC_UNIT_MS, &hint) || ms < 0)
-		{
-			GUC_check_errdetail("\"%s\" is not a duration such as 5s, 2min or 1h.", item);
-			return false;
-		}
-		schedule->ms[schedule->nsteps++] = ms;
-	}
-	if (schedule->nsteps == 0)
-	{
-		GUC_check_errdetail("The schedule needs at least one duration.");
-		return false;
-	}
-	return true;
-}
-
-/* Check hook of idem.outbox_backoff: parse once, keep the result as extra. */
-static bool
-check_outbox_backoff(char **newval, void **extra, GucSource source)
-{
-	BackoffSchedule parsed;
-	BackoffSchedule *result;
-
-	if (!parse_backoff(*newval, &parsed))
-		return false;
-	result = malloc(sizeof(BackoffSchedule));
-	if (result == NULL)
-		return false;
-	*result = parsed;
-	*extra = result;
-	return true;
-}
-
-/* Assign hook of idem.outbox_backoff. */
-static void
-assign_outbox_backoff(const char *newval, void *extra)
-{
-	outbox_backoff = (BackoffSchedule *) extra;
-}
-
-/* Register the idem.* settings of the inbox and the outbox; from _PG_init. */
-void
-idem_define_message_settings(void)
-{
-	/* Superuser only: they decide the fate of every drainer's events. */
-	DefineCustomIntVariable("idem.outbox_max_attempts",
-							"Publish attempts of an outbox event before it is dead (1 .. 1000).",
-							"Attempts are counted when a drainer claims the event.",
-							&idem_outbox_max_attempts,
-							6, 1, 1000,
-							PGC_SUSET, 0,
-							NULL, NULL, NULL);
-
-	DefineCustomStringVariable("idem.outbox_backoff",
-							   "Delays before retrying a nacked outbox event, one per attempt.",
-							   "A comma-separated list of durations; the last one repeats.",
-							   &outbox_backoff_string,
-							   "5s, 30s, 2min, 5min, 15min, 30min",
-							   PGC_SUSET, 0,
-							   check_outbox_backoff, assign_outbox_backoff, NULL);
-
-	DefineCustomBoolVariable("idem.outbox_archive",
-							 "Whether an ack keeps published outbox events in idem_outbox_archive.",
-							 "Off deletes them at the ack (no retention: idem.outbox_retention does not apply).",
-							 &idem_outbox_archive,
-							 true,
-							 PGC_SUSET, 0,
-							 NULL, NULL, NULL);
-
-	DefineCustomIntVariable("idem.inbox_backoff_base",
-							"Retry delay after an inbox message's first failure (1ms .. 1 day).",
-							"The delay doubles with every failure, up to idem.inbox_backoff_max.",
-							&idem_inbox_backoff_base_ms,
-							1000, 1, 24 * 60 * 60 * 1000,
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("idem.inbox_backoff_max",
-							"Longest retry delay of an inbox message (1ms .. 1 day).",
-							NULL,
-							&idem_inbox_backoff_max_ms,
-							60 * 1000, 1, 24 * 60 * 60 * 1000,
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-}
-
-/* The backoff schedule as an interval[] for the nack statement. */
-ArrayType *
-idem_outbox_backoff_array(void)
-{
-	Datum		steps[BACKOFF_MAX_STEPS];
-	int			i;
-
-	if (outbox_backoff == NULL)
-		elog(ERROR, "idem.outbox_backoff is not set");
-	for (i = 0; i < outbox_backoff->nsteps; i++)
-		steps[i] = IntervalPGetDatum(idem_ms_interval(outbox_backoff->ms[i]));
-	return construct_array(steps, outbox_backoff->nsteps, INTERVALOID,
-						   sizeof(Interval), false, TYPALIGN_DOUBLE);
-}
 
 /* Bounds of the arguments: they keep one call's work bounded. */
 #define OUTBOX_MAX_BATCH		10000

@@ -17,6 +17,13 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/scope.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/wakeup.h"
 #include "outbox/outbox.h"
 
 #include "access/xact.h"

@@ -9,7 +9,6 @@
 #ifndef IDEM_DIRECT_TABLE_H
 #define IDEM_DIRECT_TABLE_H
 
-#include "core/pg_idem.h"
 
 #include "access/genam.h"
 #include "access/htup.h"

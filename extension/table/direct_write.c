@@ -16,6 +16,8 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "postgres.h"
+
 #include "table/direct_table.h"
 
 #include "access/genam.h"

@@ -24,7 +24,9 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
+#include "postgres.h"
+
+#include "core/settings.h"
 #include "workers/worker.h"
 
 #include "access/heapam.h"
@@ -45,6 +47,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/varlena.h"
 
 PGDLLEXPORT void idem_launcher_main(Datum main_arg);
@@ -56,12 +59,14 @@ typedef struct LauncherDatabase
 	char		name[NAMEDATALEN];
 } LauncherDatabase;
 
-/* Register the launcher; called at preload only. */
+/* Register the launcher when pg_idem is preloaded; called from _PG_init. */
 void
-idem_launcher_register(void)
+idem_workers_init(void)
 {
 	BackgroundWorker worker;
 
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;

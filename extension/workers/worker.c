@@ -20,7 +20,10 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "core/pg_idem.h"
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/settings.h"
 #include "workers/worker.h"
 
 #include "access/genam.h"
@@ -47,15 +50,6 @@
 
 PGDLLEXPORT void idem_cleanup_worker_main(Datum main_arg);
 
-bool		idem_cleanup_worker = true;
-int			idem_cleanup_interval_s = 60;
-char	   *idem_database = NULL;
-
-static int	idem_cleanup_batch = 1000;
-static int	idem_outbox_retention_s = 7 * 24 * 60 * 60;
-static int	idem_inbox_retention_s = 7 * 24 * 60 * 60;
-static int	idem_attempt_retention_s = 31 * 24 * 60 * 60;
-
 /* Most batches of one job in a pass: bounds a pass when far behind. */
 #define MAX_BATCHES_PER_PASS 100
 
@@ -77,69 +71,6 @@ static const CleanupJob cleanup_jobs[] = {
 	{"idem_inbox_prune", &idem_inbox_retention_s},
 	{"idem_attempt_prune", &idem_attempt_retention_s},
 };
-
-/* idem.database must be a comma-separated list of database names. */
-static bool
-check_database_list(char **newval, void **extra, GucSource source)
-{
-	char	   *copy = pstrdup(*newval);
-	List	   *names;
-	bool		ok = SplitIdentifierString(copy, ',', &names);
-
-	list_free(names);
-	pfree(copy);
-	if (!ok)
-	{
-		GUC_check_errdetail("idem.database is a comma-separated list of database names, or empty for every database.");
-		return false;
-	}
-	return true;
-}
-
-/* Define the worker's settings and register the launcher (preload only). */
-void
-idem_worker_init(void)
-{
-	DefineCustomBoolVariable("idem.cleanup_worker",
-							 "Whether the cleanup worker deletes expired keys.",
-							 "Needs pg_idem in shared_preload_libraries; off pauses the worker.",
-							 &idem_cleanup_worker, true,
-							 PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("idem.cleanup_interval",
-							"Time between two cleanup passes (1s .. 1d).",
-							NULL,
-							&idem_cleanup_interval_s, 60, 1, 24 * 60 * 60,
-							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-	DefineCustomIntVariable("idem.cleanup_batch",
-							"Rows the cleanup worker deletes per transaction (1 .. 1000000).",
-							NULL,
-							&idem_cleanup_batch, 1000, 1, 1000000,
-							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("idem.outbox_retention",
-							"Age after which the worker prunes published and dead outbox events (1s .. 68 years).",
-							NULL,
-							&idem_outbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-	DefineCustomIntVariable("idem.inbox_retention",
-							"Age after which the worker prunes done and dead inbox messages, the dedup window (1s .. 68 years).",
-							NULL,
-							&idem_inbox_retention_s, 7 * 24 * 60 * 60, 1, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-	DefineCustomIntVariable("idem.attempt_retention",
-							"Age after which the worker prunes finished attempts (1s .. 68 years).",
-							NULL,
-							&idem_attempt_retention_s, 31 * 24 * 60 * 60, 1, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-	DefineCustomStringVariable("idem.database",
-							   "Databases the cleanup worker serves: a comma-separated list, empty for every database with pg_idem.",
-							   NULL,
-							   &idem_database, "",
-							   PGC_SIGHUP, GUC_LIST_INPUT,
-							   check_database_list, NULL, NULL);
-
-	if (process_shared_preload_libraries_in_progress)
-		idem_launcher_register();
-}
 
 /*
  * The pg_idem extension of the connected database and its schema, looked

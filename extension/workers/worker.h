@@ -1,17 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * worker.h
- *	  Shared by the cleanup launcher (launcher.c) and its workers (worker.c).
+ *	  The cleanup launcher (launcher.c) and its per-database workers
+ *	  (worker.c); their settings are in core/settings.h.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef IDEM_WORKER_H
-#define IDEM_WORKER_H
+#ifndef IDEM_WORKERS_WORKER_H
+#define IDEM_WORKERS_WORKER_H
 
-extern bool idem_cleanup_worker;
-extern int	idem_cleanup_interval_s;
-extern char *idem_database;
+extern void idem_workers_init(void);
 
-extern void idem_launcher_register(void);
-
-#endif							/* IDEM_WORKER_H */
+#endif							/* IDEM_WORKERS_WORKER_H */

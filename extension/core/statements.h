@@ -1,0 +1,36 @@
+/*-------------------------------------------------------------------------
+ *
+ * statements.h
+ *	  Cached SPI statements qualified with the extension's schema
+ *	  (statements.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_CORE_STATEMENTS_H
+#define IDEM_CORE_STATEMENTS_H
+
+#include "executor/spi.h"
+#include "fmgr.h"
+
+/*
+ * A cached, schema-qualified SPI statement.  "@extschema@"
+ * in the text is replaced by the extension's schema, so the functions work
+ * whatever the caller's search_path is.
+ */
+typedef struct IdemStatement
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[12];
+	const char *unscoped_sql;	/* the text for a 0.2 schema, NULL: the same */
+	SPIPlanPtr	plan;			/* kept plan, or NULL before first use */
+	Oid			namespace;		/* schema the plan was prepared for */
+	bool		unscoped;		/* the plan is unscoped_sql's */
+} IdemStatement;
+
+extern Oid	idem_function_namespace(FunctionCallInfo fcinfo);
+extern bool idem_schema_scoped(Oid namespace);
+extern int	idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
+						 const char *nulls, bool read_only, long count);
+
+#endif							/* IDEM_CORE_STATEMENTS_H */
