@@ -4,6 +4,8 @@
 #   make test       everything, on a throwaway cluster (tests/run.sh)
 #   make demo       the duplicate-request storm against the HTTP example service (tests/demo.sh)
 #   make bench      the benchmarks (tests/bench/run.sh)
+#   make protocol   regenerate every copy of the protocol from
+#                   extension/protocol/protocol.toml (C, the three clients, docs)
 
 .DEFAULT_GOAL := all
 
@@ -25,7 +27,7 @@ PG_CFLAGS   = -Werror=implicit-function-declaration
 # tests/t/050_upgrade.pl checks that every path ends where a fresh install
 # does.
 MODULEDIR   = extension
-PREVIOUS    = 0.3.0
+PREVIOUS    = 0.4.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
 DATA        = extension/$(EXT).control $(wildcard extension/releases/$(EXT)--*.sql)
 DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADE)
@@ -59,7 +61,9 @@ $(UPGRADE): extension/install/00_schema_check.sql $(sort $(wildcard extension/up
 
 $(OBJS): $(wildcard extension/*/*.h)
 
-.PHONY: test demo bench
+.PHONY: test demo bench protocol
+protocol:
+	python3 extension/protocol/generate.py
 test:
 	bash tests/run.sh
 demo:

@@ -13,17 +13,13 @@
  *	  attempts_guards.c		  the state machine and the triggers that hold
  *							  it for every write
  *
- * Legal transitions (within one generation unless noted):
- *
- *	  pending -> stored -> promoted [-> superseded]
- *	  pending -> failed(reaped_no_blob | digest_mismatch | target_gone)
- *	  stored  -> failed(target_gone)
- *	  failed(reaped_no_blob | digest_mismatch) -> pending, generation + 1
+ * The legal transitions are the protocol's (protocol.toml, generated into
+ * core/protocol.h and shown in docs/reference/protocol.md).
  *
  * Every function names the transition it makes; its UPDATE re-states the
  * expected status and the caller's generation in its WHERE clause, so under
  * READ COMMITTED a concurrent change makes it touch nothing (the
- * EvalPlanQual re-check; see SCENARIOS.md).  When the CAS misses, the row
+ * EvalPlanQual re-check; shared/SCENARIOS.md).  When the CAS misses, the row
  * is read once more to tell the caller why:
  *
  *	  - another generation, or a state that comes after the expected one in

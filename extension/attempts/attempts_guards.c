@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "core/errors.h"
+#include "core/protocol.h"
 #include "core/statements.h"
 #include "attempts/attempts.h"
 
@@ -38,47 +39,79 @@ state_name(AttemptState s)
 		psprintf("%s(%s)", s.status, s.reason) : s.status;
 }
 
+/* Is s the state a transition's end names (a NULL reason: any, or none)? */
+static bool
+state_matches(AttemptState s, const char *status, const char *reason)
+{
+	if (strcmp(s.status, status) != 0)
+		return false;
+	return reason == NULL || (s.reason != NULL && strcmp(s.reason, reason) == 0);
+}
+
+/* Can a failed attempt with this reason be reopened (a new generation)? */
 bool
 attempt_is_reopenable(const char *reason)
 {
-	return reason != NULL &&
-		(strcmp(reason, "reaped_no_blob") == 0 || strcmp(reason, "digest_mismatch") == 0);
+	AttemptState failed = {"failed", reason};
+	int			i;
+
+	for (i = 0; i < IDEM_ATTEMPT_NTRANSITIONS; i++)
+	{
+		const IdemAttemptTransition *t = &idem_attempt_transitions[i];
+
+		if (t->next_generation && state_matches(failed, t->from_status, t->from_reason))
+			return true;
+	}
+	return false;
 }
 
-/* Is from -> to one of the legal transitions (within its generation)? */
+/* Is from -> to one of the protocol's transitions? */
 bool
 attempt_legal_transition(AttemptState from, AttemptState to)
 {
-	if (strcmp(from.status, "pending") == 0)
-		return strcmp(to.status, "stored") == 0 || strcmp(to.status, "failed") == 0;
-	if (strcmp(from.status, "stored") == 0)
-		return strcmp(to.status, "promoted") == 0 ||
-			(strcmp(to.status, "failed") == 0 && to.reason != NULL &&
-			 strcmp(to.reason, "target_gone") == 0);
-	if (strcmp(from.status, "promoted") == 0)
-		return strcmp(to.status, "superseded") == 0;
-	if (strcmp(from.status, "failed") == 0)
-		return strcmp(to.status, "pending") == 0 && attempt_is_reopenable(from.reason);
+	int			i;
+
+	for (i = 0; i < IDEM_ATTEMPT_NTRANSITIONS; i++)
+	{
+		const IdemAttemptTransition *t = &idem_attempt_transitions[i];
+
+		if (state_matches(from, t->from_status, t->from_reason) &&
+			state_matches(to, t->to_status, t->to_reason))
+			return true;
+	}
 	return false;
 }
 
 /*
- * Can state s follow state from within one generation?  Then a CAS that
- * expected from and found s lost a race and is stale, not illegal.
+ * Can state s follow state from within one generation (by one or more
+ * transitions that keep the generation)?  Then a CAS that expected from
+ * and found s lost a race and is stale, not illegal.  The machine is
+ * small and acyclic within a generation: a depth-first walk.
  */
+static bool
+reachable(AttemptState from, AttemptState s, int depth)
+{
+	int			i;
+
+	if (depth > IDEM_ATTEMPT_NTRANSITIONS)
+		return false;
+	for (i = 0; i < IDEM_ATTEMPT_NTRANSITIONS; i++)
+	{
+		const IdemAttemptTransition *t = &idem_attempt_transitions[i];
+		AttemptState next = {t->to_status, t->to_reason};
+
+		if (t->next_generation || !state_matches(from, t->from_status, t->from_reason))
+			continue;
+		if (state_matches(s, t->to_status, t->to_reason) || reachable(next, s, depth + 1))
+			return true;
+	}
+	return false;
+}
+
 bool
 attempt_comes_after(AttemptState from, AttemptState s)
 {
-	if (strcmp(from.status, "pending") == 0)
-		return strcmp(s.status, "pending") != 0;
-	if (strcmp(from.status, "stored") == 0)
-		return strcmp(s.status, "promoted") == 0 ||
-			strcmp(s.status, "superseded") == 0 ||
-			(strcmp(s.status, "failed") == 0 && s.reason != NULL &&
-			 strcmp(s.reason, "target_gone") == 0);
-	if (strcmp(from.status, "promoted") == 0)
-		return strcmp(s.status, "superseded") == 0;
-	return false;
+	return reachable(from, s, 0);
 }
 
 /* Raise IL005 for from -> to. */
@@ -90,7 +123,7 @@ attempt_report_illegal(const char *attempt, AttemptState from, AttemptState to)
 			 errmsg("illegal attempt transition"),
 			 errdetail("Attempt %s cannot go from %s to %s.",
 					   attempt, state_name(from), state_name(to)),
-			 errhint("Legal: pending -> stored -> promoted -> superseded, pending -> failed, stored -> failed(target_gone), failed(reaped_no_blob or digest_mismatch) -> pending by a reopen.")));
+			 errhint("The legal transitions are: %s.", IDEM_ATTEMPT_TRANSITIONS_TEXT)));
 }
 
 static IdemStatement check_published = {

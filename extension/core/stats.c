@@ -16,10 +16,10 @@
  *
  *-------------------------------------------------------------------------
  */
-
 #include "postgres.h"
 
 #include "core/stats.h"
+
 #include "access/xact.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -34,51 +34,25 @@
 PG_FUNCTION_INFO_V1(idem_stats);
 PG_FUNCTION_INFO_V1(idem_stats_reset);
 
-/* View row names, in IdemCounter order. */
-static const char *const counter_names[IDEM_STAT_NCOUNTERS] = {
-	"claimed",
-	"recovered_ttl",
-	"recovered_abandoned",
-	"replay",
-	"mismatch",
-	"in_progress",
-	"cooldown",
-	"not_replayable",
-	"expired",
-	"follower_waits",
-	"follower_wakeups",
-	"finalized",
-	"released",
-	"failed",
-	"lease_lost",
-	"renewed",
-	"renew_lost",
-	"cleanup_deleted",
-	"cleanup_expired",
-	"evicted",
-	"outbox_staged",
-	"outbox_claimed",
-	"outbox_acked",
-	"outbox_ack_stale",
-	"outbox_nacked",
-	"outbox_dead",
-	"outbox_pruned",
-	"inbox_process",
-	"inbox_duplicate",
-	"inbox_dead",
-	"inbox_mismatch",
-	"inbox_done",
-	"inbox_retry",
-	"inbox_dead_lettered",
-	"inbox_revived",
-	"inbox_pruned",
-	"attempt_opened",
-	"attempt_transitions",
-	"attempt_stale",
+/* The view's row names, in IdemCounter order (from the same list). */
+static const char *const counter_names[] = {
+#define IDEM_COUNTER_NAME(id, name) #name,
+	IDEM_COUNTERS(IDEM_COUNTER_NAME)
+#undef IDEM_COUNTER_NAME
 };
 
 StaticAssertDecl(lengthof(counter_names) == IDEM_STAT_NCOUNTERS,
 				 "counter_names must name every IdemCounter");
+
+/* Each outcome's counter; -1: the protocol does not count it. */
+static const int outcome_counter[IDEM_NOUTCOMES] = {
+#define IDEM_COUNTED(id, name) [IDEM_OUTCOME_##id] = IDEM_STAT_##id,
+#define IDEM_UNCOUNTED(id, name) [IDEM_OUTCOME_##id] = -1,
+	IDEM_COUNTED_OUTCOMES(IDEM_COUNTED)
+	IDEM_UNCOUNTED_OUTCOMES(IDEM_UNCOUNTED)
+#undef IDEM_COUNTED
+#undef IDEM_UNCOUNTED
+};
 
 typedef struct IdemSharedStats
 {
@@ -219,6 +193,15 @@ idem_count(IdemCounter counter, int64 n)
 		return;
 	pending.counters[counter] += n;
 	pending.any = true;
+}
+
+/* Count one claim outcome, if the protocol counts it. */
+void
+idem_count_outcome(IdemOutcome outcome)
+{
+	Assert(outcome >= 0 && outcome < IDEM_NOUTCOMES);
+	if (outcome_counter[outcome] >= 0)
+		idem_count((IdemCounter) outcome_counter[outcome], 1);
 }
 
 /* The view needs the shared counters: say clearly when there are none. */

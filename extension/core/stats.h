@@ -8,61 +8,63 @@
 #ifndef IDEM_CORE_STATS_H
 #define IDEM_CORE_STATS_H
 
+#include "core/protocol.h"
+
 /*
- * Counted per backend as events happen and added to
- * the shared counters only when the transaction commits.  The order here
- * is the order of the idem_stats view's rows.
+ * Every counter, once: X(ID, name), in the order of the idem_stats view's
+ * rows.  The claim outcomes come first, one per counted outcome of the
+ * protocol (protocol.h), under the outcome's own name.
  */
+#define IDEM_OTHER_COUNTERS(X) \
+	X(FOLLOWER_WAITS, follower_waits)	/* claims that waited in the server */ \
+	X(FOLLOWER_WAKEUPS, follower_wakeups)	/* of their sleeps, those a commit ended */ \
+	/* what owners did with their claims */ \
+	X(FINALIZED, finalized) \
+	X(RELEASED, released) \
+	X(FAILED, failed) \
+	X(LEASE_LOST, lease_lost)	/* finalize, release or fail by a non-owner */ \
+	X(RENEWED, renewed) \
+	X(RENEW_LOST, renew_lost) \
+	X(CLEANUP_DELETED, cleanup_deleted) \
+	X(CLEANUP_EXPIRED, cleanup_expired) \
+	X(EVICTED, evicted) \
+	/* outbox */ \
+	X(OUTBOX_STAGED, outbox_staged) \
+	X(OUTBOX_CLAIMED, outbox_claimed) \
+	X(OUTBOX_ACKED, outbox_acked) \
+	X(OUTBOX_ACK_STALE, outbox_ack_stale) \
+	X(OUTBOX_NACKED, outbox_nacked) \
+	X(OUTBOX_DEAD, outbox_dead) \
+	X(OUTBOX_PRUNED, outbox_pruned) \
+	/* inbox */ \
+	X(INBOX_PROCESS, inbox_process) \
+	X(INBOX_DUPLICATE, inbox_duplicate) \
+	X(INBOX_DEAD, inbox_dead) \
+	X(INBOX_MISMATCH, inbox_mismatch) \
+	X(INBOX_DONE, inbox_done) \
+	X(INBOX_RETRY, inbox_retry) \
+	X(INBOX_DEAD_LETTERED, inbox_dead_lettered) \
+	X(INBOX_REVIVED, inbox_revived) \
+	X(INBOX_PRUNED, inbox_pruned) \
+	/* attempts */ \
+	X(ATTEMPT_OPENED, attempt_opened) \
+	X(ATTEMPT_TRANSITIONS, attempt_transitions) \
+	X(ATTEMPT_STALE, attempt_stale)
+
+#define IDEM_COUNTERS(X) \
+	IDEM_COUNTED_OUTCOMES(X) \
+	IDEM_OTHER_COUNTERS(X)
+
 typedef enum IdemCounter
 {
-	/* claim outcomes (idem_claim and idem_begin) */
-	IDEM_STAT_CLAIMED,
-	IDEM_STAT_RECOVERED_TTL,
-	IDEM_STAT_RECOVERED_ABANDONED,
-	IDEM_STAT_REPLAY,
-	IDEM_STAT_MISMATCH,
-	IDEM_STAT_IN_PROGRESS,
-	IDEM_STAT_COOLDOWN,
-	IDEM_STAT_NOT_REPLAYABLE,
-	IDEM_STAT_EXPIRED,
-	IDEM_STAT_FOLLOWER_WAITS,	/* claims that waited in the server */
-	IDEM_STAT_FOLLOWER_WAKEUPS, /* of their sleeps, those a commit ended */
-	/* what owners did with their claims */
-	IDEM_STAT_FINALIZED,
-	IDEM_STAT_RELEASED,
-	IDEM_STAT_FAILED,
-	IDEM_STAT_LEASE_LOST,		/* finalize, release or fail by a non-owner */
-	IDEM_STAT_RENEWED,
-	IDEM_STAT_RENEW_LOST,
-	IDEM_STAT_CLEANUP_DELETED,
-	IDEM_STAT_CLEANUP_EXPIRED,
-	IDEM_STAT_EVICTED,
-	/* outbox */
-	IDEM_STAT_OUTBOX_STAGED,
-	IDEM_STAT_OUTBOX_CLAIMED,
-	IDEM_STAT_OUTBOX_ACKED,
-	IDEM_STAT_OUTBOX_ACK_STALE,
-	IDEM_STAT_OUTBOX_NACKED,
-	IDEM_STAT_OUTBOX_DEAD,
-	IDEM_STAT_OUTBOX_PRUNED,
-	/* inbox */
-	IDEM_STAT_INBOX_PROCESS,
-	IDEM_STAT_INBOX_DUPLICATE,
-	IDEM_STAT_INBOX_DEAD,
-	IDEM_STAT_INBOX_MISMATCH,
-	IDEM_STAT_INBOX_DONE,
-	IDEM_STAT_INBOX_RETRY,
-	IDEM_STAT_INBOX_DEAD_LETTERED,
-	IDEM_STAT_INBOX_REVIVED,
-	IDEM_STAT_INBOX_PRUNED,
-	/* attempts */
-	IDEM_STAT_ATTEMPT_OPENED,
-	IDEM_STAT_ATTEMPT_TRANSITIONS,
-	IDEM_STAT_ATTEMPT_STALE,
+#define IDEM_COUNTER_ENUM(id, name) IDEM_STAT_##id,
+	IDEM_COUNTERS(IDEM_COUNTER_ENUM)
+#undef IDEM_COUNTER_ENUM
 	IDEM_STAT_NCOUNTERS
 } IdemCounter;
 
 extern void idem_stats_init(void);
 extern void idem_count(IdemCounter counter, int64 n);
+extern void idem_count_outcome(IdemOutcome outcome);
 
 #endif							/* IDEM_CORE_STATS_H */

@@ -1,12 +1,9 @@
--- Multi-step attempts (attempts.c): an upload or an export that writes a
--- blob outside the database and then publishes it, driven by a state
--- machine whose every transition is a status + generation CAS.
---
---   pending --store--> stored --promote--> promoted --(newer winner)--> superseded
---      |                  |
---      |                  +--fail(target_gone)--> failed
---      +--fail(reaped_no_blob | digest_mismatch | target_gone)--> failed
---   failed(reaped_no_blob | digest_mismatch) --reopen: generation + 1--> pending
+-- Multi-step attempts (extension/attempts/): an upload or an export that
+-- writes a blob outside the database and then publishes it, driven by a
+-- state machine whose every transition is a status + generation CAS.  The
+-- transitions are the protocol's (extension/protocol/protocol.toml, shown
+-- in docs/reference/protocol.md); the status and reason CHECKs below list
+-- its states, and the protocol check keeps the two in step.
 --
 -- A reopen increments the generation and so rotates the object key: a late
 -- put of an older generation lands on a key no attempt will ever promote.

@@ -4,7 +4,7 @@
  *	  Single-flight claims of idempotency keys: claim, begin and lookup,
  *	  with the follower's wait in the server.
  *
- * The protocol stands on two facts of READ COMMITTED (see SCENARIOS.md):
+ * The protocol stands on two facts of READ COMMITTED (shared/SCENARIOS.md):
  * INSERT ... ON CONFLICT DO NOTHING waits for an in-flight inserter of the
  * same key and then does nothing if it committed, and an UPDATE re-checks
  * its WHERE clause against the newest row version after waiting.  So the
@@ -98,7 +98,7 @@ typedef enum Verdict
 /* What a claim found, decided, and will answer. */
 typedef struct ClaimAnswer
 {
-	const char *outcome;
+	IdemOutcome outcome;
 	pg_uuid_t  *claim_id;		/* winners only */
 	int64		generation;
 	TimestampTz lease_expires_at;
@@ -205,10 +205,10 @@ after_ttl(ClaimAnswer *answer)
 {
 	if (idem_after_ttl == IDEM_AFTER_TTL_RERUN)
 	{
-		answer->outcome = "recovered_ttl";
+		answer->outcome = IDEM_OUTCOME_RECOVERED_TTL;
 		return VERDICT_RECOVER_TTL;
 	}
-	answer->outcome = "expired";
+	answer->outcome = IDEM_OUTCOME_EXPIRED;
 	return VERDICT_ANSWER;
 }
 
@@ -234,9 +234,9 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 		if (ttl_passed)
 			return after_ttl(answer);
 		if (!same)
-			answer->outcome = "mismatch";
+			answer->outcome = IDEM_OUTCOME_MISMATCH;
 		else
-			answer->outcome = row->replayable ? "replay" : "not_replayable";
+			answer->outcome = row->replayable ? IDEM_OUTCOME_REPLAY : IDEM_OUTCOME_NOT_REPLAYABLE;
 		return VERDICT_ANSWER;
 	}
 	if (row->state == KEY_EXPIRED)
@@ -247,19 +247,19 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 	{
 		if (!same)
 		{
-			answer->outcome = "mismatch";
+			answer->outcome = IDEM_OUTCOME_MISMATCH;
 			return VERDICT_ANSWER;
 		}
 		answer->has_lease = true;
 		answer->lease_expires_at = row->lease_expires_at;
 		if (row->state == KEY_PENDING)
 		{
-			answer->outcome = "in_progress";
+			answer->outcome = IDEM_OUTCOME_IN_PROGRESS;
 			answer->retry_after_us = Min(left, IN_PROGRESS_HINT_US);
 		}
 		else
 		{
-			answer->outcome = "cooldown";
+			answer->outcome = IDEM_OUTCOME_COOLDOWN;
 			answer->retry_after_us = left;
 		}
 		return VERDICT_WAITABLE;
@@ -268,23 +268,23 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 	/* Over: a released or evicted key (no hash) is simply claimed. */
 	if (row->request_hash == NULL)
 	{
-		answer->outcome = "claimed";
+		answer->outcome = IDEM_OUTCOME_CLAIMED;
 		return VERDICT_STEAL;
 	}
 	if (same)
 	{
-		answer->outcome = "recovered_abandoned";
+		answer->outcome = IDEM_OUTCOME_RECOVERED_ABANDONED;
 		return VERDICT_STEAL;
 	}
 	if (row->state == KEY_FAILED && ttl_passed)
 		return after_ttl(answer);
-	answer->outcome = "mismatch";
+	answer->outcome = IDEM_OUTCOME_MISMATCH;
 	return VERDICT_ANSWER;
 }
 
 /* Fill the winner's part of the answer from the row it wrote. */
 static void
-won(ClaimAnswer *answer, const char *outcome, const KeyRow *row)
+won(ClaimAnswer *answer, IdemOutcome outcome, const KeyRow *row)
 {
 	answer->outcome = outcome;
 	answer->claim_id = row->claim_id;
@@ -321,7 +321,7 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 	while (attempts < CLAIM_MAX_ATTEMPTS)
 	{
 		Verdict		verdict;
-		const char *outcome;
+		IdemOutcome outcome;
 		KeyWrite	written;
 		KeyRow	   *row = &answer->row;
 
@@ -337,7 +337,7 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 			written = key_table_insert(table, row);
 			if (written == KEY_WRITTEN)
 			{
-				won(answer, "claimed", row);
+				won(answer, IDEM_OUTCOME_CLAIMED, row);
 				break;
 			}
 			if (written == KEY_STALE)
@@ -355,7 +355,7 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 		 * follower that was already waiting for the winner waits it out.
 		 */
 		if (verdict == VERDICT_WAITABLE && deadline != 0 && !waiting &&
-			strcmp(answer->outcome, "cooldown") == 0)
+			answer->outcome == IDEM_OUTCOME_COOLDOWN)
 			break;
 		if (verdict == VERDICT_WAITABLE && deadline != 0 &&
 			GetCurrentTimestamp() < deadline)
@@ -404,32 +404,6 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 				 errhint("The transaction might succeed if retried.")));
 }
 
-/* Count a claim outcome (followers' and winners' alike). */
-static void
-count_claim_outcome(const char *outcome)
-{
-	static const struct
-	{
-		const char *name;
-		IdemCounter counter;
-	}			counters[] = {
-		{"claimed", IDEM_STAT_CLAIMED},
-		{"recovered_ttl", IDEM_STAT_RECOVERED_TTL},
-		{"recovered_abandoned", IDEM_STAT_RECOVERED_ABANDONED},
-		{"replay", IDEM_STAT_REPLAY},
-		{"mismatch", IDEM_STAT_MISMATCH},
-		{"in_progress", IDEM_STAT_IN_PROGRESS},
-		{"cooldown", IDEM_STAT_COOLDOWN},
-		{"not_replayable", IDEM_STAT_NOT_REPLAYABLE},
-		{"expired", IDEM_STAT_EXPIRED},
-	};
-	int			i;
-
-	for (i = 0; i < (int) lengthof(counters); i++)
-		if (strcmp(outcome, counters[i].name) == 0)
-			idem_count(counters[i].counter, 1);
-}
-
 /* Build the idem_claim_result row. */
 static Datum
 claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer)
@@ -450,7 +424,7 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer)
 			 tupdesc->natts, RESULT_NATTS);
 
 	memset(nulls, true, sizeof(nulls));
-	values[RESULT_OUTCOME] = CStringGetTextDatum(answer->outcome);
+	values[RESULT_OUTCOME] = CStringGetTextDatum(idem_outcomes[answer->outcome].name);
 	nulls[RESULT_OUTCOME] = false;
 
 	if (answer->claim_id != NULL)
@@ -472,14 +446,12 @@ claim_result(FunctionCallInfo fcinfo, ClaimAnswer *answer)
 		values[RESULT_RETRY_AFTER] = IntervalPGetDatum(retry_after);
 		nulls[RESULT_RETRY_AFTER] = false;
 	}
-	if (answer->has_row &&
-		(strcmp(answer->outcome, "replay") == 0 ||
-		 strcmp(answer->outcome, "not_replayable") == 0 ||
-		 strcmp(answer->outcome, "expired") == 0))
+	if (answer->has_row && idem_outcomes[answer->outcome].response)
 	{
 		values[RESULT_RESPONSE_STATUS] = Int32GetDatum(row->response_status);
 		nulls[RESULT_RESPONSE_STATUS] = !row->has_status;
-		if (strcmp(answer->outcome, "expired") != 0)
+		/* Past idem.ttl only the status is told, even before cleanup drops the rest. */
+		if (answer->outcome != IDEM_OUTCOME_EXPIRED)
 		{
 			values[RESULT_RESPONSE_HEADERS] = row->response_headers;
 			nulls[RESULT_RESPONSE_HEADERS] = row->headers_null;
@@ -546,7 +518,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	req.claim_id = NULL;
 
 	claim_key(namespace, &req, deadline, &answer);
-	count_claim_outcome(answer.outcome);
+	idem_count_outcome(answer.outcome);
 	return claim_result(fcinfo, &answer);
 }
 
@@ -591,13 +563,13 @@ idem_lookup(PG_FUNCTION_ARGS)
 	reset_answer(&answer);
 	table = key_table_open(namespace, DIRECT_READ);
 	if (!key_table_read(table, cache_key, KEY_MATCH_SCOPE, scope, false, &answer.row))
-		answer.outcome = "absent";
+		answer.outcome = IDEM_OUTCOME_ABSENT;
 	else
 	{
 		answer.has_row = true;
 		if (decide(&answer, request_hash) >= VERDICT_STEAL)
 		{
-			answer.outcome = "claimable";
+			answer.outcome = IDEM_OUTCOME_CLAIMABLE;
 			answer.has_lease = false;
 		}
 	}

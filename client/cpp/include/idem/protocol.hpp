@@ -1,0 +1,240 @@
+// pg_idem C++ client: the protocol, generated.
+// Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+
+namespace idem {
+
+// What a run reports (run_result::outcome), also its metrics label.
+enum class outcome
+{
+    won_completed,  // this request ran the handler and its result is recorded
+    replay,  // a stored response was replayed
+    conflict,  // the key was used with another request, or its response is not replayable
+    timeout,  // still in progress when the wait budget ran out
+    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, or an outcome that could not be settled
+    completed_uncacheable,  // ran; the response was over the cap and stored as not replayable
+    unguarded,  // no key: ran without idempotency
+    rejected,  // an invalid or missing key, or a request over the cap
+    expired,  // the key finished longer ago than idem.ttl and is not run again
+};
+
+// The HTTP status profiles.
+enum class status_profile
+{
+    ietf,
+    seed,
+};
+
+// What is wrong with a request's Idempotency-Key, if anything.
+enum class key_status
+{
+    ok,
+    absent,
+    empty,
+    duplicated,
+    too_long,
+    contains_nul,
+    invalid_utf8,
+};
+
+// What the winner does with its handler's response.
+enum class storage_action
+{
+    finalize,
+    release,
+    fail,
+};
+
+namespace protocol {
+
+inline constexpr std::string_view key_domain = "pg_idem key v1";
+inline constexpr std::size_t max_key_bytes = 255;
+inline constexpr std::string_view problem_base = "urn:pg-idem:problem:";
+
+// Problems a client answers instead of running the handler.
+enum class problem
+{
+    missing_key,
+    invalid_key,
+    key_reused,
+    in_progress,
+    cooldown,
+    not_replayable,
+    expired,
+    request_too_large,
+    store_unavailable,
+    outcome_unknown,
+};
+
+struct problem_info
+{
+    std::string_view slug;
+    std::string_view title;
+    std::string_view detail;  // {key_status}, {limit}: filled in by the caller
+    std::array<int, 2> status;  // per status_profile
+    bool retry_after;
+};
+
+inline constexpr std::array<problem_info, 10> problems = {{
+    {"idempotency-key-missing", "Idempotency-Key header is missing", "{key_status}", {400, 400}, false},
+    {"idempotency-key-invalid", "Idempotency-Key header is invalid", "{key_status}", {400, 400}, false},
+    {"idempotency-key-reused", "Idempotency-Key is already used for a different request", "This key was used with another request body. Use a new key for a new request.", {422, 409}, false},
+    {"request-in-progress", "A request with this Idempotency-Key is being processed", "Retry after the delay in Retry-After to get its response.", {409, 503}, true},
+    {"request-failed-recently", "The last attempt with this Idempotency-Key failed", "Retry after the delay in Retry-After.", {503, 503}, true},
+    {"response-not-replayable", "The request was completed but its response cannot be replayed", "The response was too large to store. Use a new key to repeat the request.", {409, 409}, false},
+    {"idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", {410, 409}, false},
+    {"request-too-large", "Request body too large", "The request body is over {limit} bytes.", {413, 413}, false},
+    {"idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"outcome-unknown", "The outcome of this request is not known yet", "Retry with the same Idempotency-Key: the request will not be run twice.", {503, 503}, true},
+}};
+
+inline constexpr const problem_info &info(problem p) noexcept
+{
+    return problems[static_cast<std::size_t>(p)];
+}
+
+inline constexpr int status(problem p, status_profile profile) noexcept
+{
+    return info(p).status[static_cast<std::size_t>(profile)];
+}
+
+// The server's claim outcomes (the outcome column of idem_claim and idem_lookup).
+enum class server_outcome
+{
+    claimed,
+    recovered_ttl,
+    recovered_abandoned,
+    replay,
+    mismatch,
+    in_progress,
+    cooldown,
+    not_replayable,
+    expired,
+    absent,
+    claimable,
+    unknown,  // not one of the above: a newer server; treated as an error
+};
+
+// What a client does with a server outcome.
+enum class action
+{
+    run,
+    replay,
+    answer,
+    wait,
+    claim,
+};
+
+struct outcome_info
+{
+    std::string_view name;
+    action what;
+    problem answer;   // answer, and wait once the budget ends
+    bool has_problem;
+    outcome result;
+};
+
+inline constexpr std::array<outcome_info, 11> outcomes = {{
+    {"claimed", action::run, problem::missing_key, false, outcome::won_completed},
+    {"recovered_ttl", action::run, problem::missing_key, false, outcome::won_completed},
+    {"recovered_abandoned", action::run, problem::missing_key, false, outcome::won_completed},
+    {"replay", action::replay, problem::missing_key, false, outcome::replay},
+    {"mismatch", action::answer, problem::key_reused, true, outcome::conflict},
+    {"in_progress", action::wait, problem::in_progress, true, outcome::timeout},
+    {"cooldown", action::answer, problem::cooldown, true, outcome::failed},
+    {"not_replayable", action::answer, problem::not_replayable, true, outcome::conflict},
+    {"expired", action::answer, problem::expired, true, outcome::expired},
+    {"absent", action::claim, problem::missing_key, false, outcome::failed},
+    {"claimable", action::claim, problem::missing_key, false, outcome::failed},
+}};
+
+inline server_outcome parse_server_outcome(std::string_view name) noexcept
+{
+    for (std::size_t i = 0; i < outcomes.size(); ++i)
+        if (outcomes[i].name == name)
+            return static_cast<server_outcome>(i);
+    return server_outcome::unknown;
+}
+
+inline constexpr const outcome_info &info(server_outcome o) noexcept
+{
+    return outcomes[static_cast<std::size_t>(o)];
+}
+
+inline constexpr std::string_view name(outcome o) noexcept
+{
+    switch (o)
+    {
+    case outcome::won_completed:
+        return "won_completed";
+    case outcome::replay:
+        return "replay";
+    case outcome::conflict:
+        return "conflict";
+    case outcome::timeout:
+        return "timeout";
+    case outcome::failed:
+        return "failed";
+    case outcome::completed_uncacheable:
+        return "completed_uncacheable";
+    case outcome::unguarded:
+        return "unguarded";
+    case outcome::rejected:
+        return "rejected";
+    case outcome::expired:
+        return "expired";
+    }
+    return "unknown";
+}
+
+inline constexpr std::string_view describe(key_status s) noexcept
+{
+    switch (s)
+    {
+    case key_status::ok:
+        return "The Idempotency-Key is valid.";
+    case key_status::absent:
+        return "This operation requires an Idempotency-Key header.";
+    case key_status::empty:
+        return "The Idempotency-Key header is empty.";
+    case key_status::duplicated:
+        return "The request has more than one Idempotency-Key header.";
+    case key_status::too_long:
+        return "The Idempotency-Key is longer than 255 bytes.";
+    case key_status::contains_nul:
+        return "The Idempotency-Key contains a NUL byte.";
+    case key_status::invalid_utf8:
+        return "The Idempotency-Key is not valid UTF-8.";
+    }
+    return "";
+}
+
+inline constexpr storage_action classify(int http_status) noexcept
+{
+    if (http_status >= 200 && http_status <= 299)
+        return storage_action::finalize;
+    if (http_status == 400)
+        return storage_action::finalize;
+    if (http_status == 404)
+        return storage_action::finalize;
+    if (http_status == 409)
+        return storage_action::finalize;
+    if (http_status == 422)
+        return storage_action::finalize;
+    if (http_status == 408)
+        return storage_action::fail;
+    if (http_status == 429)
+        return storage_action::fail;
+    if (http_status >= 500 && http_status <= 599)
+        return storage_action::fail;
+    if (http_status >= 100 && http_status <= 499)
+        return storage_action::release;
+    return storage_action::fail;
+}
+
+}  // namespace protocol
+}  // namespace idem

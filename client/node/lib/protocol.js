@@ -1,0 +1,101 @@
+'use strict';
+// pg_idem's protocol: outcomes, problems, status classes and key statuses.
+// Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
+
+const KEY_DOMAIN = "pg_idem key v1";
+const MAX_KEY_BYTES = 255;
+const PROBLEM_BASE = "urn:pg-idem:problem:";
+const PROFILES = Object.freeze(["ietf", "seed"]);
+
+const FINALIZE = 'finalize';
+const RELEASE = 'release';
+const FAIL = 'fail';
+
+// What is wrong with a request's Idempotency-Key header(s), if anything.
+const KeyStatus = Object.freeze({
+  OK: "ok",
+  ABSENT: "absent",
+  EMPTY: "empty",
+  DUPLICATED: "duplicated",
+  TOO_LONG: "too_long",
+  CONTAINS_NUL: "contains_nul",
+  INVALID_UTF8: "invalid_utf8",
+});
+
+const KEY_STATUS_DESCRIPTIONS = Object.freeze({
+  ok: "The Idempotency-Key is valid.",
+  absent: "This operation requires an Idempotency-Key header.",
+  empty: "The Idempotency-Key header is empty.",
+  duplicated: "The request has more than one Idempotency-Key header.",
+  too_long: "The Idempotency-Key is longer than 255 bytes.",
+  contains_nul: "The Idempotency-Key contains a NUL byte.",
+  invalid_utf8: "The Idempotency-Key is not valid UTF-8.",
+});
+
+// The client outcomes of a run (result.outcome), also the metrics label.
+const CLIENT_OUTCOMES = Object.freeze(["won_completed", "replay", "conflict", "timeout", "failed", "completed_uncacheable", "unguarded", "rejected", "expired"]);
+
+// status: per profile.  detail: {key_status} and {limit} are filled in by the caller.
+const PROBLEMS = Object.freeze({
+  missing_key: Object.freeze({ name: "missing_key", slug: "idempotency-key-missing", title: "Idempotency-Key header is missing", detail: "{key_status}", status: Object.freeze({"ietf": 400, "seed": 400}), retryAfter: false }),
+  invalid_key: Object.freeze({ name: "invalid_key", slug: "idempotency-key-invalid", title: "Idempotency-Key header is invalid", detail: "{key_status}", status: Object.freeze({"ietf": 400, "seed": 400}), retryAfter: false }),
+  key_reused: Object.freeze({ name: "key_reused", slug: "idempotency-key-reused", title: "Idempotency-Key is already used for a different request", detail: "This key was used with another request body. Use a new key for a new request.", status: Object.freeze({"ietf": 422, "seed": 409}), retryAfter: false }),
+  in_progress: Object.freeze({ name: "in_progress", slug: "request-in-progress", title: "A request with this Idempotency-Key is being processed", detail: "Retry after the delay in Retry-After to get its response.", status: Object.freeze({"ietf": 409, "seed": 503}), retryAfter: true }),
+  cooldown: Object.freeze({ name: "cooldown", slug: "request-failed-recently", title: "The last attempt with this Idempotency-Key failed", detail: "Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+  not_replayable: Object.freeze({ name: "not_replayable", slug: "response-not-replayable", title: "The request was completed but its response cannot be replayed", detail: "The response was too large to store. Use a new key to repeat the request.", status: Object.freeze({"ietf": 409, "seed": 409}), retryAfter: false }),
+  expired: Object.freeze({ name: "expired", slug: "idempotency-key-expired", title: "This Idempotency-Key has expired", detail: "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", status: Object.freeze({"ietf": 410, "seed": 409}), retryAfter: false }),
+  request_too_large: Object.freeze({ name: "request_too_large", slug: "request-too-large", title: "Request body too large", detail: "The request body is over {limit} bytes.", status: Object.freeze({"ietf": 413, "seed": 413}), retryAfter: false }),
+  store_unavailable: Object.freeze({ name: "store_unavailable", slug: "idempotency-store-unavailable", title: "Idempotency store unavailable", detail: "The request was not run. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+  outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "Retry with the same Idempotency-Key: the request will not be run twice.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+});
+
+// The server's claim outcomes and what a client does with each: run, replay,
+// answer (the problem), wait (then the problem), claim.
+const OUTCOMES = Object.freeze({
+  claimed: Object.freeze({ name: "claimed", role: "win", action: "run", problem: null, result: "won_completed", counted: true, response: false }),
+  recovered_ttl: Object.freeze({ name: "recovered_ttl", role: "win", action: "run", problem: null, result: "won_completed", counted: true, response: false }),
+  recovered_abandoned: Object.freeze({ name: "recovered_abandoned", role: "win", action: "run", problem: null, result: "won_completed", counted: true, response: false }),
+  replay: Object.freeze({ name: "replay", role: "follow", action: "replay", problem: null, result: "replay", counted: true, response: true }),
+  mismatch: Object.freeze({ name: "mismatch", role: "follow", action: "answer", problem: "key_reused", result: "conflict", counted: true, response: false }),
+  in_progress: Object.freeze({ name: "in_progress", role: "follow", action: "wait", problem: "in_progress", result: "timeout", counted: true, response: false }),
+  cooldown: Object.freeze({ name: "cooldown", role: "follow", action: "answer", problem: "cooldown", result: "failed", counted: true, response: false }),
+  not_replayable: Object.freeze({ name: "not_replayable", role: "follow", action: "answer", problem: "not_replayable", result: "conflict", counted: true, response: true }),
+  expired: Object.freeze({ name: "expired", role: "follow", action: "answer", problem: "expired", result: "expired", counted: true, response: true }),
+  absent: Object.freeze({ name: "absent", role: "lookup", action: "claim", problem: null, result: null, counted: false, response: false }),
+  claimable: Object.freeze({ name: "claimable", role: "lookup", action: "claim", problem: null, result: null, counted: false, response: false }),
+});
+
+// [lowest status, highest status, action]: the first that matches decides.
+const STORAGE_RULES = Object.freeze([
+  [200, 299, FINALIZE],
+  [400, 400, FINALIZE],
+  [404, 404, FINALIZE],
+  [409, 409, FINALIZE],
+  [422, 422, FINALIZE],
+  [408, 408, FAIL],
+  [429, 429, FAIL],
+  [500, 599, FAIL],
+  [100, 499, RELEASE],
+]);
+const STORAGE_DEFAULT = FAIL;
+
+const SQLSTATES = Object.freeze({
+  IL001: "lease_lost",
+  IL002: "claim_unfinished",
+  IL003: "message_unfinished",
+  IL004: "stale_version",
+  IL005: "illegal_transition",
+  IL006: "promotion_unpublished",
+});
+
+// What the winner does with its handler's response: FINALIZE, RELEASE or FAIL.
+function classify(status) {
+  for (const [lo, hi, action] of STORAGE_RULES) if (status >= lo && status <= hi) return action;
+  return STORAGE_DEFAULT;
+}
+
+module.exports = {
+  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, FINALIZE, RELEASE, FAIL, KeyStatus,
+  KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,
+  SQLSTATES, classify,
+};

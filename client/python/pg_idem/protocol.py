@@ -1,0 +1,117 @@
+"""pg_idem's protocol: outcomes, problems, status classes and key statuses.
+
+Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
+"""
+
+import collections
+import enum
+
+KEY_DOMAIN = "pg_idem key v1"
+MAX_KEY_BYTES = 255
+PROBLEM_BASE = "urn:pg-idem:problem:"
+PROFILES = ('ietf', 'seed')
+
+FINALIZE = "finalize"
+RELEASE = "release"
+FAIL = "fail"
+
+
+class KeyStatus(enum.Enum):
+    """What is wrong with a request's Idempotency-Key header(s), if anything."""
+
+    OK = "ok"
+    ABSENT = "absent"
+    EMPTY = "empty"
+    DUPLICATED = "duplicated"
+    TOO_LONG = "too_long"
+    CONTAINS_NUL = "contains_nul"
+    INVALID_UTF8 = "invalid_utf8"
+
+
+KEY_STATUS_DESCRIPTIONS = {
+    KeyStatus.OK: "The Idempotency-Key is valid.",
+    KeyStatus.ABSENT: "This operation requires an Idempotency-Key header.",
+    KeyStatus.EMPTY: "The Idempotency-Key header is empty.",
+    KeyStatus.DUPLICATED: "The request has more than one Idempotency-Key header.",
+    KeyStatus.TOO_LONG: "The Idempotency-Key is longer than 255 bytes.",
+    KeyStatus.CONTAINS_NUL: "The Idempotency-Key contains a NUL byte.",
+    KeyStatus.INVALID_UTF8: "The Idempotency-Key is not valid UTF-8.",
+}
+
+# The client outcomes of a run (RunResult.outcome), also the metrics label.
+CLIENT_OUTCOMES = ('won_completed', 'replay', 'conflict', 'timeout', 'failed', 'completed_uncacheable', 'unguarded', 'rejected', 'expired')
+
+Problem = collections.namedtuple("Problem", "name slug title detail status retry_after")
+
+# status: per profile.  detail: {key_status} and {limit} are filled in by the caller.
+PROBLEMS = {
+    "missing_key": Problem("missing_key", "idempotency-key-missing", "Idempotency-Key header is missing", "{key_status}",
+                   {"ietf": 400, "seed": 400}, False),
+    "invalid_key": Problem("invalid_key", "idempotency-key-invalid", "Idempotency-Key header is invalid", "{key_status}",
+                   {"ietf": 400, "seed": 400}, False),
+    "key_reused": Problem("key_reused", "idempotency-key-reused", "Idempotency-Key is already used for a different request", "This key was used with another request body. Use a new key for a new request.",
+                   {"ietf": 422, "seed": 409}, False),
+    "in_progress": Problem("in_progress", "request-in-progress", "A request with this Idempotency-Key is being processed", "Retry after the delay in Retry-After to get its response.",
+                   {"ietf": 409, "seed": 503}, True),
+    "cooldown": Problem("cooldown", "request-failed-recently", "The last attempt with this Idempotency-Key failed", "Retry after the delay in Retry-After.",
+                   {"ietf": 503, "seed": 503}, True),
+    "not_replayable": Problem("not_replayable", "response-not-replayable", "The request was completed but its response cannot be replayed", "The response was too large to store. Use a new key to repeat the request.",
+                   {"ietf": 409, "seed": 409}, False),
+    "expired": Problem("expired", "idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.",
+                   {"ietf": 410, "seed": 409}, False),
+    "request_too_large": Problem("request_too_large", "request-too-large", "Request body too large", "The request body is over {limit} bytes.",
+                   {"ietf": 413, "seed": 413}, False),
+    "store_unavailable": Problem("store_unavailable", "idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.",
+                   {"ietf": 503, "seed": 503}, True),
+    "outcome_unknown": Problem("outcome_unknown", "outcome-unknown", "The outcome of this request is not known yet", "Retry with the same Idempotency-Key: the request will not be run twice.",
+                   {"ietf": 503, "seed": 503}, True),
+}
+
+Outcome = collections.namedtuple("Outcome", "name role action problem result counted response")
+
+# The server's claim outcomes and what a client does with each: run, replay,
+# answer (the problem), wait (then the problem), claim.
+OUTCOMES = {
+    "claimed": Outcome("claimed", "win", "run", None, "won_completed", True, False),
+    "recovered_ttl": Outcome("recovered_ttl", "win", "run", None, "won_completed", True, False),
+    "recovered_abandoned": Outcome("recovered_abandoned", "win", "run", None, "won_completed", True, False),
+    "replay": Outcome("replay", "follow", "replay", None, "replay", True, True),
+    "mismatch": Outcome("mismatch", "follow", "answer", "key_reused", "conflict", True, False),
+    "in_progress": Outcome("in_progress", "follow", "wait", "in_progress", "timeout", True, False),
+    "cooldown": Outcome("cooldown", "follow", "answer", "cooldown", "failed", True, False),
+    "not_replayable": Outcome("not_replayable", "follow", "answer", "not_replayable", "conflict", True, True),
+    "expired": Outcome("expired", "follow", "answer", "expired", "expired", True, True),
+    "absent": Outcome("absent", "lookup", "claim", None, None, False, False),
+    "claimable": Outcome("claimable", "lookup", "claim", None, None, False, False),
+}
+
+# (lowest status, highest status, action): the first that matches decides.
+STORAGE_RULES = (
+    (200, 299, FINALIZE),
+    (400, 400, FINALIZE),
+    (404, 404, FINALIZE),
+    (409, 409, FINALIZE),
+    (422, 422, FINALIZE),
+    (408, 408, FAIL),
+    (429, 429, FAIL),
+    (500, 599, FAIL),
+    (100, 499, RELEASE),
+)
+STORAGE_DEFAULT = FAIL
+
+SQLSTATES = {
+    "IL001": "lease_lost",
+    "IL002": "claim_unfinished",
+    "IL003": "message_unfinished",
+    "IL004": "stale_version",
+    "IL005": "illegal_transition",
+    "IL006": "promotion_unpublished",
+}
+
+
+def classify(status):
+    """What the winner does with its handler's response: FINALIZE, RELEASE or FAIL."""
+    for lo, hi, action in STORAGE_RULES:
+        if lo <= status <= hi:
+            return action
+    return STORAGE_DEFAULT

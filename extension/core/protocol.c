@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.c
+ *	  The tables of protocol.h.
+ *
+ * Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "core/protocol.h"
+
+const IdemOutcomeInfo idem_outcomes[IDEM_NOUTCOMES] = {
+#define IDEM_OUTCOME_INFO(id, name, role, counted, response) \
+	[IDEM_OUTCOME_##id] = {#name, role, counted, response},
+	IDEM_OUTCOMES(IDEM_OUTCOME_INFO)
+#undef IDEM_OUTCOME_INFO
+};
+
+const IdemAttemptTransition idem_attempt_transitions[IDEM_ATTEMPT_NTRANSITIONS] = {
+	{"pending", NULL, "stored", NULL, false},	/* idem_attempt_store */
+	{"stored", NULL, "promoted", NULL, false},	/* idem_attempt_promote */
+	{"promoted", NULL, "superseded", NULL, false},	/* idem_attempt_promote of a newer attempt of the same target */
+	{"pending", NULL, "failed", "reaped_no_blob", false},	/* the reconciler: no blob after the grace period */
+	{"pending", NULL, "failed", "digest_mismatch", false},	/* idem_attempt_store or the reconciler: the blob is not the one announced */
+	{"pending", NULL, "failed", "target_gone", false},	/* idem_attempt_fail: the target was deleted */
+	{"stored", NULL, "failed", "target_gone", false},	/* idem_attempt_fail: the target was deleted before the promotion */
+	{"failed", "reaped_no_blob", "pending", NULL, true},	/* idem_attempt_reopen (or an open of the same request) */
+	{"failed", "digest_mismatch", "pending", NULL, true},	/* idem_attempt_reopen (or an open of the same request) */
+};

@@ -1,0 +1,89 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.h
+ *	  Claim outcomes and the attempts' state machine (protocol.c).
+ *
+ * Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_CORE_PROTOCOL_H
+#define IDEM_CORE_PROTOCOL_H
+
+/* Who answers a claim outcome: a winner, a follower, idem_lookup only. */
+typedef enum IdemRole
+{
+	IDEM_ROLE_WIN,
+	IDEM_ROLE_FOLLOW,
+	IDEM_ROLE_LOOKUP
+} IdemRole;
+
+/*
+ * X(ID, name, role, counted, carries the stored response), in the order
+ * of protocol.toml; counted outcomes have an idem_stats counter.
+ */
+#define IDEM_OUTCOMES(X) \
+	X(CLAIMED, claimed, IDEM_ROLE_WIN, true, false) \
+	X(RECOVERED_TTL, recovered_ttl, IDEM_ROLE_WIN, true, false) \
+	X(RECOVERED_ABANDONED, recovered_abandoned, IDEM_ROLE_WIN, true, false) \
+	X(REPLAY, replay, IDEM_ROLE_FOLLOW, true, true) \
+	X(MISMATCH, mismatch, IDEM_ROLE_FOLLOW, true, false) \
+	X(IN_PROGRESS, in_progress, IDEM_ROLE_FOLLOW, true, false) \
+	X(COOLDOWN, cooldown, IDEM_ROLE_FOLLOW, true, false) \
+	X(NOT_REPLAYABLE, not_replayable, IDEM_ROLE_FOLLOW, true, true) \
+	X(EXPIRED, expired, IDEM_ROLE_FOLLOW, true, true) \
+	X(ABSENT, absent, IDEM_ROLE_LOOKUP, false, false) \
+	X(CLAIMABLE, claimable, IDEM_ROLE_LOOKUP, false, false)
+
+/* The counted outcomes only: X(ID, name). */
+#define IDEM_COUNTED_OUTCOMES(X) \
+	X(CLAIMED, claimed) \
+	X(RECOVERED_TTL, recovered_ttl) \
+	X(RECOVERED_ABANDONED, recovered_abandoned) \
+	X(REPLAY, replay) \
+	X(MISMATCH, mismatch) \
+	X(IN_PROGRESS, in_progress) \
+	X(COOLDOWN, cooldown) \
+	X(NOT_REPLAYABLE, not_replayable) \
+	X(EXPIRED, expired)
+
+/* The others: X(ID, name). */
+#define IDEM_UNCOUNTED_OUTCOMES(X) \
+	X(ABSENT, absent) \
+	X(CLAIMABLE, claimable)
+
+typedef enum IdemOutcome
+{
+#define IDEM_OUTCOME_ENUM(id, name, role, counted, response) IDEM_OUTCOME_##id,
+	IDEM_OUTCOMES(IDEM_OUTCOME_ENUM)
+#undef IDEM_OUTCOME_ENUM
+	IDEM_NOUTCOMES
+} IdemOutcome;
+
+typedef struct IdemOutcomeInfo
+{
+	const char *name;
+	IdemRole	role;
+	bool		counted;
+	bool		response;		/* carries the stored response */
+} IdemOutcomeInfo;
+
+extern PGDLLIMPORT const IdemOutcomeInfo idem_outcomes[IDEM_NOUTCOMES];
+
+/* A legal move of an attempt; a NULL reason: the bare status. */
+typedef struct IdemAttemptTransition
+{
+	const char *from_status;
+	const char *from_reason;
+	const char *to_status;
+	const char *to_reason;
+	bool		next_generation;	/* a reopen: the move starts a new generation */
+} IdemAttemptTransition;
+
+#define IDEM_ATTEMPT_NTRANSITIONS 9
+extern PGDLLIMPORT const IdemAttemptTransition idem_attempt_transitions[IDEM_ATTEMPT_NTRANSITIONS];
+
+/* The legal moves in words, for IL005's hint. */
+#define IDEM_ATTEMPT_TRANSITIONS_TEXT "pending -> stored, stored -> promoted, promoted -> superseded, pending -> failed(reaped_no_blob), pending -> failed(digest_mismatch), pending -> failed(target_gone), stored -> failed(target_gone), failed(reaped_no_blob) -> pending, failed(digest_mismatch) -> pending"
+
+#endif							/* IDEM_CORE_PROTOCOL_H */
