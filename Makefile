@@ -15,8 +15,10 @@ EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" extension/
 MODULE_big  = $(EXT)
 # One folder per concern (extension/README.md); every .c in them is built.
 OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*/*.c)))
-PG_CPPFLAGS = -I$(srcdir)/extension
+PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -Werror=implicit-function-declaration
+# Only idem_* and what PostgreSQL looks up are exported (exports.map).
+SHLIB_LINK  = -Wl,--version-script=$(srcdir)/extension/exports.map
 
 # The install script of the current version is assembled from one file per
 # concern (extension/install/NN_*.sql, in name order).  Install and upgrade

@@ -33,8 +33,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef ATTEMPTS_H
-#define ATTEMPTS_H
+#ifndef IDEM_ATTEMPTS_ATTEMPTS_H
+#define IDEM_ATTEMPTS_ATTEMPTS_H
 
 
 #include "utils/jsonb.h"
@@ -91,4 +91,4 @@ extern void attempt_report_illegal(const char *attempt, AttemptState from,
 extern bool attempt_reopen_cas(Oid namespace, Datum attempt_id, int64 generation,
 							   Datum *new_generation, Datum *new_key);
 
-#endif							/* ATTEMPTS_H */
+#endif							/* IDEM_ATTEMPTS_ATTEMPTS_H */

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * key.c
+ * hashing.c
  *	  Cache keys and request hashes.
  *
  * A cache key is the SHA-256 of a canonical, length-delimited tuple
@@ -149,4 +149,15 @@ idem_request_hash(PG_FUNCTION_ARGS)
 	idem_sha256((const uint8 *) VARDATA_ANY(body), VARSIZE_ANY_EXHDR(body),
 				(uint8 *) VARDATA(result));
 	PG_RETURN_BYTEA_P(result);
+}
+
+/* A digest as a 32-byte bytea. */
+bytea *
+idem_digest_bytea(const uint8 *digest)
+{
+	bytea	   *result = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+
+	SET_VARSIZE(result, VARHDRSZ + IDEM_DIGEST_LEN);
+	memcpy(VARDATA(result), digest, IDEM_DIGEST_LEN);
+	return result;
 }

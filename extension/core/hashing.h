@@ -16,5 +16,6 @@
 
 extern void idem_sha256(const uint8 *data, size_t len, uint8 *out);
 extern bytea *idem_tuple_digest(const char *domain, text *const *fields, int nfields);
+extern bytea *idem_digest_bytea(const uint8 *digest);
 
 #endif							/* IDEM_CORE_HASHING_H */

@@ -28,8 +28,9 @@
  * at DISCARD ALL); and begin itself, which refuses to run a message whose
  * error_count has reached max_attempts and marks it dead.  Until then the
  * attempt holds a session-level lock on its message, so that concurrent
- * deliveries never start from a count that misses it: inbox_attempts.c
- * keeps that registry and the paths that could lose an attempt.
+ * deliveries never start from a count that misses it: inbox_cap.c
+ * keeps that registry and the paths that could lose an attempt, and
+ * inbox_failure.c has the one recording statement.
  *
  * Messages are scoped per role like keys (scope.c): a consumer sees only
  * its role's messages, plus those from before 0.3.0 (scope '').
@@ -83,10 +84,6 @@ PG_FUNCTION_INFO_V1(idem_inbox_message_done);
 /* Domain tag of the inbox key, distinct from idem_key's. */
 static const char inbox_domain[] = "pg_idem inbox v1";
 
-/* Parameters of the failure recording (see record_failure). */
-#define RECORD_ARGS {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID, \
-					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID}
-
 static IdemStatement insert_message = {
 	"INSERT INTO @extschema@.idem_inbox"
 	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
@@ -134,44 +131,6 @@ static IdemStatement mark_done = {
 	" SET state = 'done', processed_at = clock_timestamp(), retry_at = NULL"
 	" WHERE inbox_key = $1 AND scope = $2 AND state = 'processing'",
 	2, {BYTEAOID, TEXTOID}
-};
-
-/*
- * Record one failed attempt: $1 key, $2 consumer, $3 message_id, $4
- * payload hash and $5 max_attempts (both NULL when unknown), $6 error, $7
- * when the attempt started, $8 the error_count the attempt began from (a
- * guard, NULL for none), $9/$10 the backoff base and cap, $11 the
- * message's scope.  One
- * clock_timestamp() for failed_at and retry_at, so retry_at - failed_at
- * is the delay exactly.
- */
-static IdemStatement record_failure = {
-	"WITH now AS (SELECT clock_timestamp() AS t)"
-	" INSERT INTO @extschema@.idem_inbox AS m"
-	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
-	"  error_count, last_error, received_at, attempt_started_at, failed_at,"
-	"  retry_at, dead_at, scope)"
-	" SELECT $1, $2, $3, $4,"
-	"  CASE WHEN 1 >= $5 THEN 'dead' ELSE 'failed' END, $5, 1, $6, now.t, $7, now.t,"
-	"  CASE WHEN 1 >= $5 THEN NULL ELSE now.t + least($9, $10) END,"
-	"  CASE WHEN 1 >= $5 THEN now.t END, $11"
-	" FROM now"
-	" ON CONFLICT (inbox_key, scope) DO UPDATE SET"
-	"  error_count = m.error_count + 1,"
-	"  last_error = excluded.last_error,"
-	"  attempt_started_at = coalesce(excluded.attempt_started_at, m.attempt_started_at),"
-	"  failed_at = excluded.failed_at,"
-	"  state = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
-	"   THEN 'dead' ELSE 'failed' END,"
-	"  dead_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
-	"   THEN excluded.failed_at END,"
-	"  retry_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5) THEN NULL"
-	"   ELSE excluded.failed_at"
-	"    + least($9 * power(2, least(m.error_count, 30))::float8, $10) END"
-	" WHERE m.state IN ('failed', 'processing')"
-	"  AND ($8::integer IS NULL OR m.error_count = $8)"
-	" RETURNING m.state, m.error_count, m.retry_at - m.failed_at, m.last_error",
-	11, RECORD_ARGS
 };
 
 static IdemStatement revive_message = {
@@ -243,83 +202,6 @@ dead_letter(Oid namespace, HeapTuple row, TupleDesc desc, int first_column)
 	idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
 }
 
-/*
- * Record one failed attempt (fail, or an orphan with guarded = true).
- * Returns "retry", "dead", "duplicate" (done meanwhile) or NULL (guarded
- * and already recorded elsewhere).  Caller is in SPI.
- */
-const char *
-idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer,
-						  Datum message_id, InboxAttempt *known, Datum error,
-						  bool guarded, int32 *error_count, Datum *retry_after)
-{
-	Datum		values[11];
-	char		nulls[11];
-	HeapTuple	row;
-	TupleDesc	desc;
-	bool		isnull;
-	bool		error_null;
-	Datum		last_error;
-	char	   *state;
-
-	memset(nulls, ' ', sizeof(nulls));
-	values[0] = PointerGetDatum(key);
-	values[1] = consumer;
-	values[2] = message_id;
-	values[5] = error;
-	values[8] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_base_ms));
-	values[9] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_max_ms));
-	values[10] = scope;
-	if (known != NULL)
-	{
-		values[3] = PointerGetDatum(idem_inbox_digest_datum(known->payload_hash));
-		values[4] = Int32GetDatum(known->max_attempts);
-		values[6] = TimestampTzGetDatum(known->started_at);
-		values[7] = Int32GetDatum(known->seen_errors);
-		if (!guarded)
-			nulls[7] = 'n';
-	}
-	else
-		nulls[3] = nulls[4] = nulls[6] = nulls[7] = 'n';
-
-	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
-	{
-		Datum		read[2];
-
-		/* Not failed nor processing: done or dead by now, or gone. */
-		if (guarded)
-			return NULL;
-		read[0] = PointerGetDatum(key);
-		read[1] = scope;
-		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
-			elog(ERROR, "inbox message vanished while its failure was recorded");
-		row = SPI_tuptable->vals[0];
-		desc = SPI_tuptable->tupdesc;
-		state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
-		*error_count = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
-		*retry_after = (Datum) 0;
-		return strcmp(state, "done") == 0 ? "duplicate" : "dead";
-	}
-
-	row = SPI_tuptable->vals[0];
-	desc = SPI_tuptable->tupdesc;
-	state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
-	*error_count = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
-	if (strcmp(state, "dead") == 0)
-	{
-		/* Read before the call: its arguments' order is unspecified. */
-		last_error = SPI_getbinval(row, desc, 4, &error_null);
-		*retry_after = (Datum) 0;
-		idem_outbox_stage_dead_letter(namespace, consumer, message_id, *error_count,
-									  last_error, error_null);
-		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
-		return "dead";
-	}
-	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
-	idem_count(IDEM_STAT_INBOX_RETRY, 1);
-	return "retry";
-}
-
 /* Does a stored payload hash (NULL: a legacy row) allow this delivery? */
 static bool
 same_payload(HeapTuple row, TupleDesc desc, int column, bytea *payload_hash)
@@ -343,7 +225,7 @@ require_scoped_schema(Oid namespace)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem's inbox needs ALTER EXTENSION pg_idem UPDATE"),
-				 errdetail("The library is version 0.3.0; the installed extension's tables are older."),
+				 errdetail("The library is version %s; the installed extension's tables are from before 0.3.0.", IDEM_VERSION),
 				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
 }
 
@@ -613,6 +495,18 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 										PointerGetDatum(message_id), known,
 										PG_GETARG_DATUM(2), false,
 										&error_count, &retry_after);
+	if (outcome == NULL)
+	{
+		Datum		read[2] = {PointerGetDatum(key), scope};
+		bool		isnull;
+
+		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
+			elog(ERROR, "inbox message vanished while its failure was recorded");
+		outcome = strcmp(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+														   1, &isnull)), "done") == 0 ?
+			"duplicate" : "dead";
+		error_count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	}
 	if (known != NULL)
 		idem_inbox_mark_recorded(known);
 	if (retry_after != (Datum) 0)
@@ -697,7 +591,7 @@ idem_inbox_prune(PG_FUNCTION_ARGS)
 /*
  * Constraint trigger idem_inbox_message_done: refuse to commit a
  * transaction in which a begun message is still processing.  Same shape
- * as idem_keys_claim_finished (txn_guard.c).
+ * as idem_keys_claim_finished (keys/in_transaction_guard.c).
  */
 Datum
 idem_inbox_message_done(PG_FUNCTION_ARGS)

@@ -2,12 +2,12 @@
  *
  * inbox.h
  *	  Declarations shared by the inbox's functions (inbox.c) and its
- *	  per-backend registry of attempts (inbox_attempts.c).
+ *	  per-backend registry of attempts (inbox_cap.c).
  *
  *-------------------------------------------------------------------------
  */
-#ifndef IDEM_INBOX_H
-#define IDEM_INBOX_H
+#ifndef IDEM_INBOX_INBOX_H
+#define IDEM_INBOX_INBOX_H
 
 #include "core/hashing.h"
 #include "outbox/outbox.h"
@@ -41,7 +41,7 @@ typedef struct InboxAttempt
 	SubTransactionId recorded_subid;
 } InboxAttempt;
 
-/* inbox_attempts.c */
+/* inbox_cap.c */
 extern void idem_inbox_lock(const uint8 *digest);
 extern void idem_inbox_unlock(const uint8 *digest);
 extern InboxAttempt *idem_inbox_find_attempt(const bytea *key, bool open);
@@ -51,13 +51,12 @@ extern void idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *co
 extern void idem_inbox_mark_recorded(InboxAttempt *attempt);
 extern void idem_inbox_register_callbacks(void);
 extern void idem_inbox_init(void);
-extern bytea *idem_inbox_digest_datum(const uint8 *digest);
 
-/* inbox.c: record one failed attempt; the caller is in SPI. */
+/* inbox_failure.c: record one failed attempt; the caller is in SPI. */
 extern const char *idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope,
 											 Datum consumer, Datum message_id,
 											 InboxAttempt *known, Datum error,
 											 bool guarded, int32 *error_count,
 											 Datum *retry_after);
 
-#endif							/* IDEM_INBOX_H */
+#endif							/* IDEM_INBOX_INBOX_H */

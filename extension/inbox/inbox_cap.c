@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * inbox_attempts.c
+ * inbox_cap.c
  *	  The attempts a backend has begun, and the paths that keep the
  *	  inbox's attempt cap on every way a session can end or forget them.
  *
@@ -63,17 +63,6 @@ static bool callbacks_registered = false;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
-
-/* A 32-byte bytea built from a remembered digest. */
-bytea *
-idem_inbox_digest_datum(const uint8 *digest)
-{
-	bytea	   *result = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
-
-	SET_VARSIZE(result, VARHDRSZ + IDEM_DIGEST_LEN);
-	memcpy(VARDATA(result), digest, IDEM_DIGEST_LEN);
-	return result;
-}
 
 /* The advisory lock key of a message: the first 8 bytes of its digest. */
 static int64
@@ -273,7 +262,7 @@ record_orphan(InboxAttempt *a)
 
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
-	idem_inbox_record_failure(a->namespace, idem_inbox_digest_datum(a->key),
+	idem_inbox_record_failure(a->namespace, idem_digest_bytea(a->key),
 							  CStringGetTextDatum(a->scope),
 							  CStringGetTextDatum(a->consumer),
 							  CStringGetTextDatum(a->message_id), a,

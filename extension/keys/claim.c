@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * claims.c
+ * claim.c
  *	  Single-flight claims of idempotency keys: claim, begin and lookup,
  *	  with the follower's wait in the server.
  *
@@ -11,7 +11,7 @@
  * claim reads the key, decides, and then writes with a statement whose
  * predicate re-states the decision; if the key changed in between, the
  * write touches nothing and the claim reads again.  The calls after the
- * claim (fences.c) are fenced by the claim_id token.
+ * claim (finish.c, renew) are fenced by the claim_id token.
  *
  * Keys are scoped (scope.c): a claim reads and writes only its caller's
  * row of a cache key, or a row written before scopes existed (scope '').
@@ -154,7 +154,7 @@ generation_base(void)
  * nothing of an earlier owner's response left.  Written by a new key's
  * insert and by both kinds of take-over.  The generation is drawn before
  * the write, as the SQL statements drew nextval() (see idem_release in
- * fences.c for why the order matters).
+ * finish.c for why the order matters).
  */
 static void
 own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * cleanup.c
- *	  The two horizons of a key's life (lifetime.c): dropping responses
+ *	  The two horizons of a key's life (core/settings.c): dropping responses
  *	  past idem.ttl and deleting rows past idem.tombstone_ttl.
  *
  * Past idem.ttl a completed key's response headers and body are dropped

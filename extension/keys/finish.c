@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * fences.c
+ * finish.c
  *	  The calls of a claim's owner: renew, finalize, release and fail.
  *
  * Every one names the claim_id it got from its claim and writes only the

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * txn_guard.c
+ * in_transaction_guard.c
  *	  The deferred constraint trigger that keeps a half-done in-transaction
  *	  claim from committing.
  *

@@ -7,7 +7,7 @@
  *	  direct_table.c's: a primary-key probe, ON CONFLICT DO NOTHING's
  *	  speculative insertion for a new key, an update of the version read.
  *
- * This file and the callers' change functions (claims.c, fences.c) are the
+ * This file and the callers' change functions (claim.c, finish.c) are the
  * one description of what each former SQL statement did: the predicate is
  * the KeyMatch of the read plus the caller's decision on the row read, and
  * the SET list is the change made to the KeyRow before it is written.
@@ -331,7 +331,7 @@ key_row_is_tombstone(const KeyRow *row)
  * What release and eviction leave of a key: a tombstone row, failed, its
  * cooldown over, with neither request hash nor owner, so that any request
  * claims it at once.  Keeping the row keeps the key's place in the
- * generation order (see idem_release in fences.c).  The cleanup deletes
+ * generation order (see idem_release in finish.c).  The cleanup deletes
  * tombstones with the other finished keys.
  */
 void

@@ -5,8 +5,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef IDEM_KEY_TABLE_H
-#define IDEM_KEY_TABLE_H
+#ifndef IDEM_KEYS_KEY_TABLE_H
+#define IDEM_KEYS_KEY_TABLE_H
 
 #include "table/direct_table.h"
 
@@ -86,4 +86,4 @@ extern int64 key_table_next_generation(KeyTable *table);
 extern bool key_row_is_tombstone(const KeyRow *row);
 extern void key_row_make_tombstone(KeyRow *row);
 
-#endif							/* IDEM_KEY_TABLE_H */
+#endif							/* IDEM_KEYS_KEY_TABLE_H */

@@ -1,13 +1,15 @@
 /*-------------------------------------------------------------------------
  *
- * messages.h
- *	  Declarations shared by the message inbox (inbox.c), the transactional
- *	  outbox (outbox*.c) and the attempts, which stage outbox events.
+ * outbox.h
+ *	  The transactional outbox as its own files (outbox_stage.c,
+ *	  outbox_claim.c, outbox_wait.c) and its other users share it: staging
+ *	  an event from C (the attempts' events, the inbox's dead letters) and
+ *	  the outbox's argument checks.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef IDEM_MESSAGES_H
-#define IDEM_MESSAGES_H
+#ifndef IDEM_OUTBOX_OUTBOX_H
+#define IDEM_OUTBOX_OUTBOX_H
 
 #include "core/settings.h"
 #include "core/statements.h"
@@ -17,15 +19,6 @@
 
 /* Topic of the dead-letter events the inbox stages in the outbox. */
 #define IDEM_INBOX_DEAD_TOPIC "idem.inbox.dead"
-
-/* Settings of the inbox and the outbox (outbox_settings.c). */
-extern int	idem_outbox_max_attempts;
-extern bool idem_outbox_archive;
-extern int	idem_inbox_backoff_base_ms;
-extern int	idem_inbox_backoff_max_ms;
-
-extern void idem_define_message_settings(void);
-extern ArrayType *idem_outbox_backoff_array(void);
 
 /*
  * Stage one outbox event in the current transaction, as idem_outbox_stage
@@ -47,7 +40,7 @@ extern void idem_outbox_stage_dead_letter(Oid namespace, Datum consumer,
 										  Datum message_id, int32 error_count,
 										  Datum last_error, bool last_error_null);
 
-/* Argument checks shared by the outbox's functions (outbox.c). */
+/* Argument checks shared by the outbox's functions (outbox_stage.c). */
 extern int32 idem_outbox_batch_arg(FunctionCallInfo fcinfo, int argno, int32 max);
 extern Interval *idem_outbox_interval_arg(FunctionCallInfo fcinfo, int argno,
 										  const char *name);
@@ -55,4 +48,4 @@ extern Interval *idem_outbox_interval_arg(FunctionCallInfo fcinfo, int argno,
 /* The wake-up channel of this database's outbox. */
 #define IDEM_OUTBOX_CHANNEL() idem_wake_queue_channel(IDEM_WAKE_QUEUE_OUTBOX)
 
-#endif							/* IDEM_MESSAGES_H */
+#endif							/* IDEM_OUTBOX_OUTBOX_H */

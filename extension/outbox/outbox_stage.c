@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * outbox.c
+ * outbox_stage.c
  *	  The transactional outbox: staging.  Claims, acks,
  *	  nacks and prune are in outbox_claim.c; the wait, the backlog and the
  *	  idem_outbox view's writes in outbox_wait.c.
@@ -226,7 +226,7 @@ insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 	return id;
 }
 
-/* See messages.h. */
+/* See outbox.h. */
 int64
 idem_outbox_stage_event(Oid namespace, text *topic, Jsonb *payload, text *key,
 						Jsonb *headers, Interval *delay)

@@ -6,7 +6,7 @@
  *	  primary-key probe.  The writes (a plain or race-safe insert, an
  *	  update of a row read before) are in direct_write.c.
  *
- * The hot paths (claims: key_table.c; staging an outbox event: outbox.c)
+ * The hot paths (claims: key_table.c; staging an outbox event: outbox_stage.c)
  * run a handful of fixed statements on one row.  Planning, executor
  * start-up and the CHECK constraints rebuilt from their stored text in
  * every executor cost more than the row access itself, so this module does

@@ -6,8 +6,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef IDEM_DIRECT_TABLE_H
-#define IDEM_DIRECT_TABLE_H
+#ifndef IDEM_TABLE_DIRECT_TABLE_H
+#define IDEM_TABLE_DIRECT_TABLE_H
 
 
 #include "access/genam.h"
@@ -122,4 +122,4 @@ direct_attnum(DirectTable *table, int column)
 	return table->attnum[column];
 }
 
-#endif							/* IDEM_DIRECT_TABLE_H */
+#endif							/* IDEM_TABLE_DIRECT_TABLE_H */

@@ -1,6 +1,10 @@
 # Suite of tests/run.sh: static checks.  Sourced; uses count, say,
 # as_run_user, $WORK, $PG_BIN.
 #
+# - the house rules (tests/static/house.py): the generated protocol files
+#   are up to date, no source file is over 800 lines, header guards name
+#   their folder and file, no circle of includes or calls between files,
+#   and the library exports only idem_* symbols;
 # - the extension builds with gcc -Wall -Wextra -Werror.  Two -Wextra
 #   warnings are off: -Wunused-parameter (PostgreSQL's own headers trip it,
 #   57 times, and our callbacks have the signatures PostgreSQL's hooks
@@ -25,7 +29,15 @@ static_reports() {
 
 suite_static() {
     local st=$WORK/static log ours n started=$(date +%s)
-    say "static checks: gcc -Wall -Wextra -Werror, scan-build"
+    say "static checks: house rules, gcc -Wall -Wextra -Werror, scan-build"
+    local line
+    while IFS= read -r line; do
+        echo "$line"
+        case $line in
+            "ok "*) count "static: ${line#ok }" 1 0 ;;
+            "not ok "*) local name=${line#not ok }; count "static: ${name%%:*}" 0 1 ;;
+        esac
+    done < <(cd "$WORK/src" && python3 tests/static/house.py --so "$PG_BIN/../lib/pg_idem.so" 2>&1)
     if ! command -v scan-build >/dev/null; then
         count "static: scan-build" 0 1
         return

@@ -1,0 +1,132 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox_failure.c
+ *	  Recording a failed inbox attempt: the one statement every path that
+ *	  counts a failure uses (idem_inbox_fail, and an orphaned attempt at
+ *	  session exit or DISCARD ALL: inbox_cap.c).
+ *
+ * A plain INSERT ... ON CONFLICT DO UPDATE of error_count, so a recording
+ * whose transaction aborts counts nothing, and the cap is reached by the
+ * same arithmetic whichever path records.  Reaching it marks the message
+ * dead and stages its dead-letter event in the outbox, in the same
+ * transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "core/arguments.h"
+#include "core/hashing.h"
+#include "core/settings.h"
+#include "core/statements.h"
+#include "core/stats.h"
+#include "inbox/inbox.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+/* Parameters of the failure recording (see record_failure). */
+#define RECORD_ARGS {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID, \
+					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID}
+
+/*
+ * Record one failed attempt: $1 key, $2 consumer, $3 message_id, $4
+ * payload hash and $5 max_attempts (both NULL when unknown), $6 error, $7
+ * when the attempt started, $8 the error_count the attempt began from (a
+ * guard, NULL for none), $9/$10 the backoff base and cap, $11 the
+ * message's scope.  One
+ * clock_timestamp() for failed_at and retry_at, so retry_at - failed_at
+ * is the delay exactly.
+ */
+static IdemStatement record_failure = {
+	"WITH now AS (SELECT clock_timestamp() AS t)"
+	" INSERT INTO @extschema@.idem_inbox AS m"
+	" (inbox_key, consumer, message_id, payload_hash, state, max_attempts,"
+	"  error_count, last_error, received_at, attempt_started_at, failed_at,"
+	"  retry_at, dead_at, scope)"
+	" SELECT $1, $2, $3, $4,"
+	"  CASE WHEN 1 >= $5 THEN 'dead' ELSE 'failed' END, $5, 1, $6, now.t, $7, now.t,"
+	"  CASE WHEN 1 >= $5 THEN NULL ELSE now.t + least($9, $10) END,"
+	"  CASE WHEN 1 >= $5 THEN now.t END, $11"
+	" FROM now"
+	" ON CONFLICT (inbox_key, scope) DO UPDATE SET"
+	"  error_count = m.error_count + 1,"
+	"  last_error = excluded.last_error,"
+	"  attempt_started_at = coalesce(excluded.attempt_started_at, m.attempt_started_at),"
+	"  failed_at = excluded.failed_at,"
+	"  state = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
+	"   THEN 'dead' ELSE 'failed' END,"
+	"  dead_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
+	"   THEN excluded.failed_at END,"
+	"  retry_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5) THEN NULL"
+	"   ELSE excluded.failed_at"
+	"    + least($9 * power(2, least(m.error_count, 30))::float8, $10) END"
+	" WHERE m.state IN ('failed', 'processing')"
+	"  AND ($8::integer IS NULL OR m.error_count = $8)"
+	" RETURNING m.state, m.error_count, m.retry_at - m.failed_at, m.last_error",
+	11, RECORD_ARGS
+};
+
+/*
+ * Record one failed attempt (fail, or an orphan with guarded = true).
+ * Returns "retry" or "dead", or NULL when nothing was recorded: the
+ * message is done or dead by now, or gone (or, guarded, its count moved:
+ * recorded elsewhere).  Caller is in SPI.
+ */
+const char *
+idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer,
+						  Datum message_id, InboxAttempt *known, Datum error,
+						  bool guarded, int32 *error_count, Datum *retry_after)
+{
+	Datum		values[11];
+	char		nulls[11];
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+	bool		error_null;
+	Datum		last_error;
+	char	   *state;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = PointerGetDatum(key);
+	values[1] = consumer;
+	values[2] = message_id;
+	values[5] = error;
+	values[8] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_base_ms));
+	values[9] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_max_ms));
+	values[10] = scope;
+	if (known != NULL)
+	{
+		values[3] = PointerGetDatum(idem_digest_bytea(known->payload_hash));
+		values[4] = Int32GetDatum(known->max_attempts);
+		values[6] = TimestampTzGetDatum(known->started_at);
+		values[7] = Int32GetDatum(known->seen_errors);
+		if (!guarded)
+			nulls[7] = 'n';
+	}
+	else
+		nulls[3] = nulls[4] = nulls[6] = nulls[7] = 'n';
+
+	/* Not failed nor processing: done or dead by now, or gone. */
+	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
+		return NULL;
+
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+	*error_count = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+	if (strcmp(state, "dead") == 0)
+	{
+		/* Read before the call: its arguments' order is unspecified. */
+		last_error = SPI_getbinval(row, desc, 4, &error_null);
+		*retry_after = (Datum) 0;
+		idem_outbox_stage_dead_letter(namespace, consumer, message_id, *error_count,
+									  last_error, error_null);
+		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
+		return "dead";
+	}
+	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
+	idem_count(IDEM_STAT_INBOX_RETRY, 1);
+	return "retry";
+}
