@@ -166,7 +166,9 @@ class Runner:
             raise
         return conn
 
-    def _release(self, conn):
+    def _release(self, conn, discard=False):
+        if discard and not conn.closed:
+            conn.close()  # its prepared statements are not its server session's
         try:
             if not conn.broken and not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")
@@ -178,12 +180,12 @@ class Runner:
 
     def _do(self, op):
         if isinstance(op, e.Query):
-            cur = op.conn.execute(op.sql, op.params)
+            cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
             return cur.fetchone() if cur.description else None
         if isinstance(op, e.Acquire):
             return self._acquire()
         if isinstance(op, e.Release):
-            return self._release(op.conn)
+            return self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):
             threading.Event().wait(op.seconds)
             return None
