@@ -253,14 +253,24 @@ class Statements:
             "WHERE e.extname = 'pg_idem'")
 
 
+def _text(v):
+    """A text column as str. On a SQL_ASCII database psycopg returns text
+    columns as bytes (it cannot know their encoding); pg_idem's own text
+    (outcomes, claim ids, settings, the JSON of the stored headers, which the
+    client sent as UTF-8) is UTF-8 there too."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("utf-8", "surrogateescape")
+    return v
+
+
 def parse_row(t):
     if t is None:
         raise psycopg.DataError("pg_idem: expected one row from the claim function")
     body = t[6]
     if isinstance(body, memoryview):
         body = body.tobytes()
-    return Row(t[0] or "", t[1], t[2] or 0, None if t[3] is None else t[3] / 1000.0,
-               t[4], t[5], body)
+    return Row(_text(t[0]) or "", _text(t[1]), t[2] or 0, None if t[3] is None else t[3] / 1000.0,
+               t[4], _text(t[5]), body)
 
 
 def _as_response(value):
@@ -552,7 +562,7 @@ class Engine:
             if not t or not t[0]:
                 c.res.lease_stolen, c.res.outcome = True, "won_completed"
                 return
-            c.res.outcome = "completed_uncacheable" if self.uncached(resp, t[1]) else "won_completed"
+            c.res.outcome = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
             return
         c.res.outcome_unknown, c.res.outcome = True, "failed"
 
@@ -653,7 +663,7 @@ class Engine:
                     t = yield Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True), False)
                     committing = True
                     yield Query(tx, "COMMIT", None, False)
-                    result = "completed_uncacheable" if self.uncached(resp, t[1]) else "won_completed"
+                    result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
                     todo = "done"
                     break
                 except psycopg.Error as e:
@@ -792,7 +802,7 @@ class Engine:
                     if action == FINALIZE:
                         t = yield Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
                                         False)
-                        setting = t[1]
+                        setting = _text(t[1])
                     elif action == RELEASE:
                         yield Query(conn, self.sql.release, (c.ck, row.claim_id), False)
                     else:

@@ -9,15 +9,16 @@ from psycopg import pq
 
 from . import _engine as e
 from .config import Config
-from .runner import RetryRequest
+from .runner import RetryRequest, utf8_kwargs
 
 
 class AsyncSimplePool:
     """A small asyncio connection pool (psycopg_pool.AsyncConnectionPool works
-    as well: the runner only awaits getconn() and putconn())."""
+    as well: the runner only awaits getconn() and putconn()); client_encoding
+    UTF8 as pg_idem.SimplePool's."""
 
     def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, kwargs
+        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
         self._idle = []
 
     async def getconn(self):

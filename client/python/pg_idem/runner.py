@@ -5,20 +5,35 @@ import inspect
 import threading
 
 import psycopg
+import psycopg.conninfo
 from psycopg import pq
 
 from . import _engine as e
 from .config import Config
 
 
+def utf8_kwargs(conninfo, kwargs):
+    """kwargs with client_encoding=UTF8 unless the caller chose one: on a
+    SQL_ASCII database psycopg otherwise returns every text column as bytes
+    (the server does not convert from SQL_ASCII, so UTF8 is what it sends)."""
+    chosen = "client_encoding" in kwargs
+    if not chosen:
+        try:
+            chosen = "client_encoding" in psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError:
+            chosen = True  # let psycopg report the bad conninfo itself
+    return kwargs if chosen else dict(kwargs, client_encoding="UTF8")
+
+
 class SimplePool:
     """A small connection pool (psycopg_pool.ConnectionPool works as well:
     the runner only calls getconn() and putconn()).
 
-    Connections are opened on demand in autocommit and kept up to max_idle."""
+    Connections are opened on demand in autocommit, with client_encoding
+    UTF8 unless conninfo or kwargs set one, and kept up to max_idle."""
 
     def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, kwargs
+        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
         self._idle, self._lock = [], threading.Lock()
 
     def getconn(self):
