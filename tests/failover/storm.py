@@ -43,11 +43,15 @@ def log(*fields):
 
 
 def connect():
-    """A connection to the current primary; waits out the failover (60 s at most)."""
+    """A connection to the current primary; waits out the failover (60 s at most).
+
+    client_encoding UTF8: on a SQL_ASCII cluster (initdb without a locale)
+    psycopg would return text columns as bytes, and b"claimed" is not
+    "claimed" (see also text())."""
     deadline = time.time() + 60
     while True:
         try:
-            return psycopg.connect(CONNINFO, autocommit=True)
+            return psycopg.connect(CONNINFO, autocommit=True, client_encoding="UTF8")
         except psycopg.OperationalError:
             if time.time() > deadline:
                 raise
@@ -59,9 +63,15 @@ def key_of(label):
     return hashlib.sha256(b"storm:" + label.encode()).digest()
 
 
+def text(v):
+    """A text column as str, whatever the connection's encoding."""
+    return bytes(v).decode() if isinstance(v, (bytes, bytearray, memoryview)) else v
+
+
 def one(conn, sql, args):
-    """One autocommit statement, its first row."""
-    return conn.execute(sql, args).fetchone()
+    """One autocommit statement, its first row (text columns as str)."""
+    row = conn.execute(sql, args).fetchone()
+    return None if row is None else tuple(text(v) for v in row)
 
 
 def client(n):

@@ -8,8 +8,9 @@
 # even TEMP), and the quickstart's table with INSERT granted.  Then, as
 # that role: the first run must answer 201 twice by running the handlers,
 # the second 201 twice by replaying; against a database without pg_idem
-# the program must fail and print the database error.  Everything is
-# dropped however it ends.
+# the program must fail and print the database error; against one without
+# the administrator's table it must exit 1 (not abort) and print what to
+# do.  Everything is dropped however it ends.
 set -euo pipefail
 
 BIN=$(realpath "$1")
@@ -26,7 +27,7 @@ OUT=$(mktemp -d "${TMPDIR:-/tmp}/pg_idem.quickstart.XXXXXX")
 admin() { PGOPTIONS=--client-min-messages=warning "$PSQL" -X -q -v ON_ERROR_STOP=1 -d "$ADMIN" "$@" >/dev/null; }
 cleanup() {
     local rc=$?
-    for db in idem_quickstart idem_quickstart_bare; do
+    for db in idem_quickstart idem_quickstart_bare idem_quickstart_notable; do
         admin -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
     done
     admin -c "DROP ROLE IF EXISTS idem_quickstart_app" || true
@@ -38,10 +39,12 @@ fail() { echo "quickstart.sh: FAILED: $*"; sed 's/^/  | /' "$OUT"/run.* 2>/dev/n
 
 admin -c "DROP DATABASE IF EXISTS idem_quickstart WITH (FORCE)" \
       -c "DROP DATABASE IF EXISTS idem_quickstart_bare WITH (FORCE)" \
+      -c "DROP DATABASE IF EXISTS idem_quickstart_notable WITH (FORCE)" \
       -c "DROP ROLE IF EXISTS idem_quickstart_app" \
       -c "CREATE DATABASE idem_quickstart" -c "CREATE DATABASE idem_quickstart_bare" \
+      -c "CREATE DATABASE idem_quickstart_notable" \
       -c "CREATE ROLE idem_quickstart_app LOGIN"
-for db in idem_quickstart idem_quickstart_bare; do
+for db in idem_quickstart idem_quickstart_bare idem_quickstart_notable; do
     admin -c "REVOKE CREATE, TEMPORARY ON DATABASE $db FROM PUBLIC"
 done
 # The admin step the quickstart's comment shows.
@@ -72,5 +75,18 @@ if "$BIN" "$ADMIN dbname=idem_quickstart_bare user=idem_quickstart_app" >"$OUT/r
 fi
 grep -q 'error: .*idem_' "$OUT/run.bare" || fail "no database error printed without pg_idem"
 sed "s/^/  without pg_idem: /" "$OUT/run.bare" | grep -v ": idem_client_\|: #"
+
+# pg_idem but not the administrator's table: exit 1 (an exception escaping
+# main would abort, 134), with the CREATE TABLE to run.
+admin -d "$ADMIN dbname=idem_quickstart_notable" -c "CREATE EXTENSION pg_idem" \
+      -c "GRANT idem_client TO idem_quickstart_app"
+rc=0
+"$BIN" "$ADMIN dbname=idem_quickstart_notable user=idem_quickstart_app" >"$OUT/run.notable" 2>&1 || rc=$?
+[ "$rc" = 1 ] || fail "without the table the quickstart exited $rc, expected 1"
+grep -qx 'lease mode: 201 {"id": 1, "generation": [0-9]*}' "$OUT/run.notable" ||
+    fail "without the table, lease mode did not answer 201"
+grep -q 'quickstart_payments.*does not exist' "$OUT/run.notable" || fail "without the table: no database error"
+grep -q '^  CREATE TABLE quickstart_payments' "$OUT/run.notable" || fail "without the table: no CREATE TABLE printed"
+sed "s/^/  without the table: /" "$OUT/run.notable" | grep -v ": idem_client_\|: #"
 echo "quickstart.sh: ok"
 grep -hv '^idem_client\|^#' "$OUT/run.1" "$OUT/run.2"

@@ -80,7 +80,11 @@ run_result engine::win_standard(call &c, connection_handle conn, claim_row &row,
     // Followers waiting in idem_claim wake when the finalize (or release,
     // fail) commits; nothing else to tell them.
     store_standard(c, conn, row.claim_id, row.generation, resp);
-    c.res.response = std::move(resp);
+    // Not stored: the caller is told so, never given a response that a
+    // retry could not replay.
+    c.res.response = c.res.outcome_unknown
+                         ? problems::outcome_unknown(cfg_.profile(), cfg_.retry_after())
+                         : std::move(resp);
     return finish(c, c.res.outcome);
 }
 
@@ -96,13 +100,21 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
     }
     const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
     const std::vector<pg::param> params = finalize_params(c, claim_id, resp, false);
-    for (unsigned attempt = 0; attempt < 2; ++attempt)
+    // The handler has run: whatever goes wrong from here, the key is never
+    // released or failed (a duplicate would run the handler again). A
+    // failed finalize is sent again on a fresh connection, as an unnamed
+    // statement (a pooler's prepared-statement clash, 42P05 / 26000, is
+    // the usual cause), after reading the key tells that it is still ours
+    // and holds nothing; what cannot be stored is left pending to its
+    // lease, and the same request recovers it after that.
+    pg::preparation how = cfg_.prepared_statements();
+    for (unsigned attempt = 0; attempt < store_attempts; ++attempt)
     {
         try
         {
             if (!conn)
                 conn = provider_.acquire();
-            pg::result r = qp(*conn, sql_.finalize, params);
+            pg::result r = conn->exec_prepared(sql_.finalize, params, pg::format::text, how);
             if (r.is_null(0, 0) || !r.get_bool(0, 0))
             {
                 emit(event::lease_stolen);
@@ -121,42 +133,40 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
             // The finalize may have committed: read the key, never re-run.
             conn.reset();
             emit(event::unknown_outcome);
-            switch (settle_by_reading(c, claim_id, generation))
-            {
-            case settled::committed:
-                emit(event::finalized);
-                c.res.outcome = over_client_cap ? outcome::completed_uncacheable
-                                                : outcome::won_completed;
-                return;
-            case settled::committed_uncached:
-                emit(event::finalized);
-                c.res.outcome = outcome::completed_uncacheable;
-                return;
-            case settled::not_committed:
-                continue;  // still ours: store it again
-            case settled::lost:
-                emit(event::lease_stolen);
-                c.res.lease_stolen = true;
-                c.res.outcome = outcome::won_completed;
-                return;
-            case settled::unknown:
-                c.res.outcome_unknown = true;
-                c.res.outcome = outcome::failed;
-                return;
-            }
         }
-        catch (const std::exception &)
+        catch (const std::exception &e)
         {
+            // Refused by the server (nothing stored), or no connection.
             emit(event::finalize_error);
             c.res.error = std::current_exception();
-            if (conn && !conn->is_open())
-                conn.reset();
-            give_up_claim(c, conn, claim_id, storage_action::release);
-            c.res.outcome = outcome::failed;
+            if (conn && (!conn->is_open() || is_prepared_statement_error(e)))
+                conn->close();  // its statement names are not the server's: the pool drops it
+            conn.reset();
+            how = pg::preparation::unnamed;
+        }
+        switch (settle_by_reading(c, claim_id, generation))
+        {
+        case settled::committed:
+            emit(event::finalized);
+            c.res.outcome = over_client_cap ? outcome::completed_uncacheable : outcome::won_completed;
             return;
+        case settled::committed_uncached:
+            emit(event::finalized);
+            c.res.outcome = outcome::completed_uncacheable;
+            return;
+        case settled::not_committed:
+            continue;  // still ours, nothing stored: store it again
+        case settled::lost:
+            emit(event::lease_stolen);
+            c.res.lease_stolen = true;
+            c.res.outcome = outcome::won_completed;
+            return;
+        case settled::unknown:
+            attempt = store_attempts;
+            break;
         }
     }
-    emit(event::finalize_error);
+    c.res.outcome_unknown = true;
     c.res.outcome = outcome::failed;
 }
 

@@ -83,6 +83,15 @@ inline milliseconds jittered(milliseconds base, double jitter)
 
 inline constexpr pg::oid timestamptz_oid = 1184;
 
+// How many times a result whose handler has run is sent to the server
+// (each failure settled by reading the key) before it is left to its lease.
+inline constexpr unsigned store_attempts = 3;
+
+// A named statement the server session does not have (26000) or already
+// has under that name (42P05): what a transaction-mode pooler does to
+// named statements. The same statement sent unnamed works.
+bool is_prepared_statement_error(const std::exception &e);
+
 // The max_wait of a claim: what is left of the budget, at most one slice.
 inline milliseconds wait_for(const config &cfg, clock::time_point deadline)
 {
@@ -225,6 +234,15 @@ public:
     {
         return c.exec_prepared(sql, params, f, cfg_.prepared_statements());
     }
+    // The same, always unnamed: for the statements after a handler has run
+    // that a client-side statement cache must never make fail (the
+    // finalize inside the handler's transaction, settling a key).
+    template <typename Conn>
+    pg::result qu(Conn &c, const std::string &sql, const std::vector<pg::param> &params,
+                  pg::format f = pg::format::text) const
+    {
+        return c.exec_prepared(sql, params, f, pg::preparation::unnamed);
+    }
     const statements &sql() const { return sql_; }
     // The server's features, asked on conn the first time (then cached);
     // none when asking fails (asked again next time).
@@ -286,6 +304,8 @@ private:
     run_result win_fenced(call &c, connection_handle conn, claim_row &row,
                           const transaction_handler &h, pg::isolation level) const;
     run_result unguarded_tx(call &c, const transaction_handler &h, pg::isolation level) const;
+    void keep_cooldown(call &c, std::optional<pg::transaction> &tx,
+                       const std::string &claim_id) const;
 
     connection_provider &provider_;
     const config cfg_;

@@ -6,6 +6,29 @@ namespace idem::detail {
 
 // ---- in-transaction mode --------------------------------------------------------
 
+// After the handler threw or its result could not be stored: roll its
+// writes back to the savepoint and commit the claim failed, with a cooldown.
+void engine::keep_cooldown(call &c, std::optional<pg::transaction> &tx,
+                           const std::string &claim_id) const
+{
+    try
+    {
+        if (tx && tx->active() && tx->conn().is_open())
+        {
+            tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
+            qu(*tx, sql_.fail,
+               {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(claim_id),
+                pg::to_param(cfg_.failure_cooldown())});
+            tx->commit();
+        }
+    }
+    catch (...)
+    {
+        emit(event::release_error);
+    }
+    tx.reset();
+}
+
 run_result engine::run_in_tx(const request_view &req, const transaction_handler &h,
                              pg::isolation level) const
 {
@@ -102,30 +125,68 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             c.res.generation = row.generation;
             claim_context ctx(row.generation, row.claim_id, c.ck);
             response resp;
-            storage_action action = storage_action::fail;
             try
             {
                 tx->exec("SAVEPOINT idem_handler");
                 c.res.handler_ran = true;
                 resp = h(*tx, ctx);
-                action = classify(resp.status);
+            }
+            catch (const pg::transaction_rollback &e)
+            {
+                const bool transient = dynamic_cast<const pg::serialization_failure *>(&e) ||
+                                       dynamic_cast<const pg::deadlock_detected *>(&e);
+                tx.reset();
+                if (transient && ++attempts < cfg_.transaction_attempts())
+                    continue;  // everything rolled back, the claim too
+                finish(c, outcome::failed);
+                throw;
+            }
+            catch (const pg::broken_connection &)
+            {
+                // Lost before COMMIT: the claim and the writes died with the session.
+                tx.reset();
+                conn.reset();
+                if (++attempts < cfg_.transaction_attempts())
+                    continue;
+                finish(c, outcome::failed);
+                throw;
+            }
+            catch (...)
+            {
+                // The handler threw: keep a cooldown, drop its writes.
+                std::exception_ptr err = std::current_exception();
+                keep_cooldown(c, tx, row.claim_id);
+                finish(c, outcome::failed);
+                std::rethrow_exception(err);
+            }
+
+            // The handler has returned: an error from here on is the
+            // store's. It is answered, not thrown, and never runs the
+            // handler again in this call (but for the server's own "retry
+            // the transaction", 40001 / 40P01, which rolled everything back).
+            const storage_action action = classify(resp.status);
+            try
+            {
                 const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
                 std::optional<std::size_t> server_cap;
+                // Unnamed: no statement cache may abort the handler's transaction.
                 if (action == storage_action::finalize)
                 {
                     pg::result r =
-                        qp(*tx, sql_.finalize, finalize_params(c, row.claim_id, resp, true));
+                        qu(*tx, sql_.finalize, finalize_params(c, row.claim_id, resp, true));
                     server_cap = parse_size_setting(r.get_optional_text(0, 1));
                 }
                 else if (action == storage_action::release)
-                    q(*tx, sql_.release, pg::as_bytea(c.ck_bytes), row.claim_id);
+                    qu(*tx, sql_.release,
+                       {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id)});
                 else
                 {
                     // A failure keeps none of the handler's writes but does
                     // keep the cooldown.
                     tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
-                    q(*tx, sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
-                             cfg_.failure_cooldown());
+                    qu(*tx, sql_.fail,
+                       {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id),
+                        pg::to_param(cfg_.failure_cooldown())});
                 }
                 try
                 {
@@ -144,7 +205,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                             pg::to_param(pg::as_bytea(c.ck_bytes)),
                             pg::to_param(pg::as_bytea(c.rh_bytes)),
                             pg::to_param(lock_timeout_text(cfg_.follower_wait_budget()))};
-                        claim_row seen = parse_row(qp(ptx, sql_.begin, params, pg::format::binary));
+                        claim_row seen = parse_row(qu(ptx, sql_.begin, params, pg::format::binary));
                         ptx.rollback();
                         const bool stored = seen.outcome == "replay" || seen.outcome == "not_replayable";
                         if (!stored && action == storage_action::finalize)
@@ -174,47 +235,26 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 return finish(c, action == storage_action::fail ? outcome::failed
                                                                 : outcome::won_completed);
             }
-            catch (const pg::transaction_rollback &e)
+            catch (const std::exception &e)
             {
-                const bool transient = dynamic_cast<const pg::serialization_failure *>(&e) ||
-                                       dynamic_cast<const pg::deadlock_detected *>(&e);
-                tx.reset();
+                const auto *rb = dynamic_cast<const pg::transaction_rollback *>(&e);
+                const bool transient = rb && (dynamic_cast<const pg::serialization_failure *>(rb) ||
+                                              dynamic_cast<const pg::deadlock_detected *>(rb));
                 if (transient && ++attempts < cfg_.transaction_attempts())
+                {
+                    tx.reset();
                     continue;  // everything rolled back, the claim too
-                finish(c, outcome::failed);
-                throw;
-            }
-            catch (const pg::broken_connection &)
-            {
-                // Lost before COMMIT: the claim and the writes died with the session.
-                tx.reset();
-                conn.reset();
-                if (++attempts < cfg_.transaction_attempts())
-                    continue;
-                finish(c, outcome::failed);
-                throw;
-            }
-            catch (...)
-            {
-                // The handler threw (or storing failed): keep a cooldown, drop its writes.
-                std::exception_ptr err = std::current_exception();
-                try
-                {
-                    if (tx && tx->active())
-                    {
-                        tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
-                        q(*tx, sql_.fail, pg::as_bytea(c.ck_bytes), row.claim_id,
-                                 cfg_.failure_cooldown());
-                        tx->commit();
-                    }
                 }
-                catch (...)
-                {
-                    emit(event::release_error);
-                }
-                tx.reset();
-                finish(c, outcome::failed);
-                std::rethrow_exception(err);
+                // Nothing of this request is committed. Keep a cooldown
+                // (duplicates waiting in idem_begin are not run at once)
+                // and tell the caller that its result was not stored.
+                emit(event::finalize_error);
+                c.res.error = std::current_exception();
+                keep_cooldown(c, tx, row.claim_id);
+                if (conn && !conn->is_open())
+                    conn.reset();
+                c.res.response = problems::outcome_unknown(cfg_.profile(), cfg_.retry_after());
+                return finish(c, outcome::failed);
             }
         }
 

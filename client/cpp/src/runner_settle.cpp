@@ -31,10 +31,18 @@ void engine::give_up_claim(call &c, connection_handle &conn, const std::string &
     }
 }
 
-// After a lost connection: did our commit happen? Renewing the claim waits
-// for a commit still in flight (it holds the row lock) and then tells
-// whether the key is still ours (nothing was stored); otherwise the stored
-// row says whether it holds our result.
+bool is_prepared_statement_error(const std::exception &e)
+{
+    const auto *s = dynamic_cast<const pg::sql_error *>(&e);
+    return s && (s->sqlstate() == "26000" || s->sqlstate() == "42P05");
+}
+
+// After a lost connection or a refused finalize: did our commit happen?
+// Renewing the claim waits for a commit still in flight (it holds the row
+// lock) and then tells whether the key is still ours (nothing was stored;
+// the renewal also gives it a full lease); otherwise the stored row says
+// whether it holds our result. Unnamed statements: a statement cache the
+// server session does not share may be what failed.
 settled engine::settle_by_reading(call &c, const std::string &claim_id,
                                   std::int64_t generation) const
 {
@@ -44,11 +52,16 @@ settled engine::settle_by_reading(call &c, const std::string &claim_id,
         try
         {
             connection_handle conn = provider_.acquire();
-            pg::result r = q(*conn, sql_.probe_renew, pg::as_bytea(c.ck_bytes), claim_id,
-                                      cfg_.lease(), lock_timeout_text(remaining(deadline)));
+            pg::result r = qu(*conn, sql_.probe_renew,
+                              {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(claim_id),
+                               pg::to_param(cfg_.lease()),
+                               pg::to_param(lock_timeout_text(remaining(deadline)))});
             if (!r.is_null(0, 0) && r.get_bool(0, 0))
                 return settled::not_committed;
-            const claim_row row = lookup(c, *conn);
+            const claim_row row = parse_row(qu(*conn, sql_.lookup,
+                                               {pg::to_param(pg::as_bytea(c.ck_bytes)),
+                                                pg::to_param(pg::as_bytea(c.rh_bytes))},
+                                               pg::format::binary));
             const bool ours = row.generation == 0 || generation == 0 || row.generation == generation;
             if (row.outcome == "replay" && ours)
                 return settled::committed;

@@ -139,6 +139,8 @@ const problems = {
     `The request body is over ${limit} bytes.`),
   storeUnavailable: (profile, retryMs) => make(503, 'idempotency-store-unavailable', 'Idempotency store unavailable',
     'The request was not run. Retry after the delay in Retry-After.', retryMs),
+  outcomeUnknown: (profile, retryMs) => make(503, 'outcome-unknown', 'The outcome of this request is not known yet',
+    'Retry with the same Idempotency-Key: the request will not be run twice.', retryMs),
 };
 
 module.exports = {

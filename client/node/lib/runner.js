@@ -34,6 +34,13 @@ const lockTimeoutText = (ms) => `${Math.max(1, Math.round(ms))}ms`; // 0 would m
 const jittered = (base, jitter) => Math.max(1, base * (1 - jitter + Math.random() * 2 * jitter));
 const quoteIdent = (s) => `"${s.replace(/"/g, '""')}"`;
 const sqlstate = (e) => (e && typeof e.code === 'string' ? e.code : undefined);
+const transient = (e) => ['40001', '40P01'].includes(sqlstate(e));
+// The connection is gone: no SQLSTATE (the socket died), class 08, or the
+// server ending the session (57P01 terminated, 57P02 crash, 57P03 starting up).
+const connectionLost = (e) => !sqlstate(e) || /^(08|57P0)/.test(sqlstate(e));
+// How many times a result whose handler has run is sent (each failure
+// settled by reading the key) before it is left to its lease.
+const STORE_ATTEMPTS = 3;
 
 // idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1").
 function parseSizeSetting(text) {
@@ -410,51 +417,77 @@ class Runner {
     if (action !== FINALIZE) {
       await this.giveUp(c, client, row.claimId, action);
       c.res.outcome = action === FAIL ? 'failed' : 'won_completed';
-    } else {
-      const params = this.finalizeParams(c, row.claimId, resp, false);
-      try {
-        const r = await this.q(client, this.sql.finalize, params);
-        if (!r || !r.ok) {
-          c.res.leaseStolen = true;
-          c.res.outcome = 'won_completed';
-        } else c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
-      } catch (e) {
-        c.res.error = e;
-        c.broken = true; // the claim's client goes back to be destroyed, not reused
-        await this.settleFinalize(c, row, resp, params);
-      }
-    }
-    c.res.response = resp;
+    } else await this.storeLease(c, client, row, resp);
+    // Not stored: the caller is told so, never given a response a retry could not replay.
+    c.res.response = c.res.outcomeUnknown ? problems.outcomeUnknown(this.config.profile, this.config.retryAfter) : resp;
     return this.finish(c, c.res.outcome);
   }
 
-  // The finalize failed (a lost connection, a killed backend, ...): did it
-  // commit? On a fresh client, renewing waits for a commit in flight and
-  // says whether the claim is still ours (then nothing was stored: store it
-  // now); otherwise the stored row tells. Never runs the handler again.
-  async settleFinalize(c, row, resp, params) {
+  // The handler has run: whatever goes wrong from here, the key is never
+  // released or failed (a duplicate would run the handler again). A failed
+  // finalize (a lost connection, a killed backend, a refusal) is sent again
+  // on a fresh client once reading the key shows it still ours and empty;
+  // what cannot be stored stays pending to its lease, and the same request
+  // recovers it after that.
+  async storeLease(c, client, row, resp) {
+    const params = this.finalizeParams(c, row.claimId, resp, false);
+    let target = client;
+    for (let attempt = 0; attempt < STORE_ATTEMPTS; attempt++) {
+      let fresh = null;
+      let r;
+      try {
+        if (!target) target = fresh = await this.checkout();
+        r = await this.q(target, this.sql.finalize, params);
+      } catch (e) {
+        c.res.error = e;
+        if (fresh) {
+          fresh.idemBroken = true;
+          this.giveBack(fresh);
+        } else if (target === client) c.broken = true; // the claim's client goes back to be destroyed, not reused
+        target = null;
+        const state = await this.settle(c, row);
+        if (state === 'not_committed') continue;
+        if (state === 'unknown') {
+          c.res.outcomeUnknown = true;
+          c.res.outcome = 'failed';
+        } else if (state === 'lost') {
+          c.res.leaseStolen = true;
+          c.res.outcome = 'won_completed';
+        } else c.res.outcome = state;
+        return;
+      }
+      if (fresh) this.giveBack(fresh);
+      if (!r || !r.ok) {
+        c.res.leaseStolen = true;
+        c.res.outcome = 'won_completed';
+      } else c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+      return;
+    }
+    c.res.outcomeUnknown = true;
+    c.res.outcome = 'failed';
+  }
+
+  // Did a finalize whose connection was lost, or that failed, commit? On a
+  // fresh client, renewing waits for a commit in flight and says whether
+  // the claim is still ours ('not_committed': nothing stored, and a full
+  // lease again); otherwise the stored row tells: 'won_completed',
+  // 'completed_uncacheable', 'lost', or 'unknown' when it cannot be read.
+  async settle(c, row) {
     let probe;
     try {
       probe = await this.checkout();
       const renewed = await this.q(probe, this.sql.renew,
         [lockTimeoutText(this.config.followerWaitBudget), c.ck, row.claimId, msText(this.config.lease)]);
-      if (renewed && renewed.ok) {
-        const r = await this.q(probe, this.sql.finalize, params);
-        if (r && r.ok) {
-          c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
-          return;
-        }
-      }
+      if (renewed && renewed.ok) return 'not_committed';
       const seen = await this.lookup(c, probe);
       if (['replay', 'not_replayable'].includes(seen.outcome) && (seen.generation === 0n || seen.generation === row.generation)) {
-        c.res.outcome = seen.outcome === 'replay' ? 'won_completed' : 'completed_uncacheable';
-      } else {
-        c.res.leaseStolen = true;
-        c.res.outcome = 'won_completed';
+        return seen.outcome === 'replay' ? 'won_completed' : 'completed_uncacheable';
       }
+      return 'lost';
     } catch (e) {
-      c.res.outcomeUnknown = true;
-      c.res.outcome = 'failed';
+      c.res.error = c.res.error || e;
+      if (probe) probe.idemBroken = true;
+      return 'unknown';
     } finally {
       if (probe) this.giveBack(probe);
     }
@@ -540,36 +573,61 @@ class Runner {
         break;
       }
       try {
-        await this.begin(tx, isolation);
-        c.res.handlerRan = true;
-        resp = asResponse(await handler(tx, ctx));
-        action = classify(resp.status);
-        if (action === FAIL) {
-          await tx.query('ROLLBACK'); // a failure leaves none of its writes behind
+        try {
+          await this.begin(tx, isolation);
+          c.res.handlerRan = true;
+          resp = asResponse(await handler(tx, ctx));
+        } catch (e) {
+          await this.rollbackQuietly(tx);
+          if (transient(e) && attempt < this.config.transactionAttempts) continue;
+          err = e;
+          action = FAIL;
           break;
         }
-        if (action === RELEASE) {
+        // The handler has returned: an error from here on is the store's,
+        // never a reason to free the key (a duplicate would run the handler
+        // again), but for the server's own "retry the transaction" (40001 /
+        // 40P01) and a lost claim (IL001).
+        let committing = false;
+        try {
+          action = classify(resp.status);
+          if (action === FAIL) {
+            await this.rollbackQuietly(tx); // a failure leaves none of its writes behind
+            break;
+          }
+          if (action === RELEASE) {
+            await tx.query('COMMIT');
+            outcome = 'won_completed';
+            break;
+          }
+          // The fence: IL001 if the claim is no longer ours, taking the writes down.
+          const r = await this.q(tx, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true));
+          committing = true;
           await tx.query('COMMIT');
-          outcome = 'won_completed';
+          outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+          todo = 'done';
+          break;
+        } catch (e) {
+          await this.rollbackQuietly(tx);
+          if (sqlstate(e) === 'IL001') {
+            c.res.leaseStolen = true;
+            todo = 'follow';
+            break;
+          }
+          if (transient(e) && attempt < this.config.transactionAttempts) continue;
+          c.res.error = e;
+          todo = 'pending';
+          if (connectionLost(e)) tx.idemBroken = true;
+          if (committing && connectionLost(e)) {
+            // The connection went while COMMIT was in flight: read the key, never re-run.
+            const state = await this.settle(c, row);
+            if (state === 'won_completed' || state === 'completed_uncacheable') {
+              outcome = this.uncached(resp, undefined) ? 'completed_uncacheable' : state;
+              todo = 'done';
+            } else if (state === 'lost') todo = 'follow';
+          }
           break;
         }
-        // The fence: IL001 if the claim is no longer ours, taking the writes down.
-        const r = await this.q(tx, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true));
-        await tx.query('COMMIT');
-        outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
-        todo = 'done';
-        break;
-      } catch (e) {
-        await this.rollbackQuietly(tx);
-        if (sqlstate(e) === 'IL001') {
-          c.res.leaseStolen = true;
-          todo = 'follow';
-          break;
-        }
-        if (['40001', '40P01'].includes(sqlstate(e)) && attempt < this.config.transactionAttempts) continue;
-        err = e;
-        action = FAIL;
-        break;
       } finally {
         this.giveBack(tx);
       }
@@ -584,11 +642,30 @@ class Runner {
       c.deadline = now() + this.config.followerWaitBudget;
       return this.loop(c, client, (r) => this.winFenced(c, client, r, handler, isolation), false);
     }
+    if (todo === 'pending') {
+      // Nothing of this run is stored and the key stays ours until its
+      // lease runs out; a retry with the same key is answered from it then.
+      c.res.outcomeUnknown = true;
+      resp = problems.outcomeUnknown(this.config.profile, this.config.retryAfter);
+      outcome = 'failed';
+    }
     c.res.response = resp;
     return this.finish(c, outcome);
   }
 
   // ---- in-transaction mode -----------------------------------------------------
+
+  // After the handler threw or its result could not be stored: roll its
+  // writes back to the savepoint and commit the claim failed, with a cooldown.
+  async keepCooldown(c, client, claimId) {
+    try {
+      await client.query('ROLLBACK TO SAVEPOINT idem_handler');
+      await this.q(client, this.sql.fail, [c.ck, claimId, msText(this.config.failureCooldown)]);
+      await client.query('COMMIT');
+    } catch {
+      await this.rollbackQuietly(client);
+    }
+  }
 
   // BEGIN; idem_begin; handler(client, claim); idem_finalize; COMMIT.
   async runInTransaction(request, handler, isolation) {
@@ -659,16 +736,14 @@ class Runner {
             continue;
           }
           // The handler threw: keep a cooldown, drop its writes.
-          try {
-            await client.query('ROLLBACK TO SAVEPOINT idem_handler');
-            await this.q(client, this.sql.fail, [c.ck, row.claimId, msText(this.config.failureCooldown)]);
-            await client.query('COMMIT');
-          } catch {
-            await this.rollbackQuietly(client);
-          }
+          await this.keepCooldown(c, client, row.claimId);
           this.finish(c, 'failed');
           throw e;
         }
+        // The handler has returned: an error from here on is the store's.
+        // It is answered, not thrown, and never runs the handler again in
+        // this call (but for the server's own "retry the transaction", 40001
+        // / 40P01, which rolled everything back).
         try {
           const action = classify(resp.status);
           let setting;
@@ -684,15 +759,23 @@ class Runner {
           if (action === FINALIZE) return this.finish(c, this.uncached(resp, setting) ? 'completed_uncacheable' : 'won_completed');
           return this.finish(c, action === FAIL ? 'failed' : 'won_completed');
         } catch (e) {
-          await this.rollbackQuietly(client);
-          attempts++;
-          if (['40001', '40P01'].includes(sqlstate(e)) && attempts < this.config.transactionAttempts) {
+          if (transient(e) && attempts + 1 < this.config.transactionAttempts) {
+            attempts++;
+            await this.rollbackQuietly(client);
             doClaim = true;
             wait = false;
             continue; // everything rolled back, the claim too
           }
-          this.finish(c, 'failed');
-          throw e;
+          // Nothing of this request is committed. Keep a cooldown (duplicates
+          // waiting in idem_begin are not run at once) and tell the caller
+          // that its result was not stored.
+          c.res.error = e;
+          if (connectionLost(e)) {
+            c.res.outcomeUnknown = true; // a COMMIT may have been in flight
+            client.idemBroken = true;
+          }
+          await this.keepCooldown(c, client, row.claimId);
+          return this.answer(c, problems.outcomeUnknown(this.config.profile, this.config.retryAfter), 'failed');
         }
       }
       if (inTx) await this.rollbackQuietly(client);

@@ -12,7 +12,6 @@ backoff otherwise.
 
 import dataclasses
 import random
-import re
 import time
 
 import psycopg
@@ -21,8 +20,16 @@ from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
 from .key import KeyStatus, cache_key, check_key_header, request_hash
+# _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
+from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
 
-WON = ("claimed", "recovered_ttl", "recovered_abandoned")
+# A statement the server session does not have (26000) or has already
+# under that name (42P05): what a transaction-mode pooler does to psycopg's
+# prepared statements. The same statement sent unprepared works.
+PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
+# How many times a result whose handler has run is sent (each failure
+# settled by reading the key) before it is left to its lease.
+STORE_ATTEMPTS = 3
 ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
              "serializable": "SERIALIZABLE"}
 
@@ -31,10 +38,14 @@ ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": 
 
 @dataclasses.dataclass
 class Query:
-    """Run one statement on conn; the driver sends back its first row (or None)."""
+    """Run one statement on conn; the driver sends back its first row (or None).
+
+    prepare is psycopg's: None leaves it to the connection (prepare_threshold),
+    False sends the statement unprepared."""
     conn: object
     sql: str
     params: tuple = None
+    prepare: bool = None
 
 
 @dataclasses.dataclass
@@ -44,8 +55,9 @@ class Acquire:
 
 @dataclasses.dataclass
 class Release:
-    """Give conn back to the pool as it was."""
+    """Give conn back to the pool as it was; discard: close it first (the pool drops it)."""
     conn: object
+    discard: bool = False
 
 
 @dataclasses.dataclass
@@ -131,21 +143,6 @@ class RunResult:
     error: BaseException = None
 
 
-@dataclasses.dataclass
-class Row:
-    outcome: str
-    claim_id: str
-    generation: int
-    retry_after: float
-    status: int
-    headers_json: str
-    body: bytes
-
-    @property
-    def won(self):
-        return self.outcome in WON
-
-
 class _Call:
     """Per request state."""
 
@@ -155,20 +152,8 @@ class _Call:
         self.deadline = time.monotonic() + cfg.follower_wait_budget
         self.iterations = 0
         self.backoff = cfg.poll_min
+        self.discard = False  # the claim's connection goes back closed
         self.res = RunResult()
-
-
-def _quote_ident(s):
-    return '"' + s.replace('"', '""') + '"'
-
-
-def _ms_text(seconds):
-    return "%d milliseconds" % max(1, int(round(seconds * 1000)))
-
-
-def _lock_timeout_text(seconds):
-    # 0 would mean "wait forever".
-    return "%dms" % max(1, int(round(seconds * 1000)))
 
 
 def _remaining(deadline):
@@ -177,77 +162,6 @@ def _remaining(deadline):
 
 def _jittered(base, jitter):
     return max(0.001, base * random.uniform(1.0 - jitter, 1.0 + jitter))
-
-
-def parse_size_setting(text):
-    """idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1")."""
-    if not text:
-        return None
-    m = re.match(r"^(\d+)(B|kB|MB|GB|TB)?$", text)
-    if not m:
-        return None
-    mult = {None: 1, "B": 1, "kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[m.group(2)]
-    return int(m.group(1)) * mult
-
-
-class Statements:
-    """The SQL the runner sends, schema-qualified when configured. Parameters are
-    positional (%s) in text order; set_config(..., true) is local to the
-    statement's transaction, so nothing stays on the session."""
-
-    def __init__(self, schema):
-        p = _quote_ident(schema) + "." if schema else ""
-        cols = ("SELECT r.outcome, r.claim_id::text, r.generation, "
-                "ceil(extract(epoch FROM r.retry_after) * 1000)::int8, "
-                "r.response_status, r.response_headers::text, r.response_body")
-        lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL "
-        lease = "CASE WHEN s.lt IS NOT NULL THEN %s::interval END"
-        # lock_timeout is set before idem_claim runs (the LATERAL reference
-        # orders them): a claim stuck behind an idem_begin transaction gives
-        # up with the wait budget.
-        self.claim = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ") r"
-        self.claim_wait = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ", %s::interval) r"
-        self.lookup = cols + " FROM " + p + "idem_lookup(%s::bytea, %s::bytea) r"
-        # In the caller's transaction: the budget as lock_timeout for
-        # idem_begin only, the caller's setting back right after it.
-        begin_from = (", pg_catalog.set_config('lock_timeout', s.old, true) FROM (SELECT "
-                      "pg_catalog.current_setting('lock_timeout') AS old, "
-                      "pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL ")
-        self.begin = cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease + ") r"
-        self.begin_wait = (cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease
-                           + ", %s::interval) r")
-        self.renew = ("SELECT CASE WHEN s.lt IS NOT NULL THEN " + p
-                      + "idem_renew(%s::bytea, %s::uuid, %s::interval) IS NOT NULL END"
-                      " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s")
-        # Over the client's cap: the server stores a body over
-        # idem.max_response_bytes as completed, not replayable, so that
-        # setting goes to 0 for this transaction and one byte is sent.
-        self.finalize = ("SELECT " + p + "idem_finalize(%s::bytea, %s::uuid, %s::int4, %s::jsonb, "
-                         "%s::bytea, %s::boolean), pg_catalog.current_setting('idem.max_response_bytes', true)"
-                         " FROM (SELECT CASE WHEN %s::boolean THEN pg_catalog.set_config("
-                         "'idem.max_response_bytes', '0', true) END AS forced) s")
-        self.release = "SELECT " + p + "idem_release(%s::bytea, %s::uuid)"
-        self.fail = "SELECT " + p + "idem_fail(%s::bytea, %s::uuid, %s::interval)"
-        # Does the server have the 4-argument (waiting) functions?
-        self.capabilities = (
-            "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false), "
-            "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) "
-            "FROM pg_catalog.pg_extension e "
-            "JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass "
-            " AND d.refobjid = e.oid AND d.deptype = 'e' "
-            " AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
-            "JOIN pg_catalog.pg_proc p ON p.oid = d.objid "
-            "WHERE e.extname = 'pg_idem'")
-
-
-def parse_row(t):
-    if t is None:
-        raise psycopg.DataError("pg_idem: expected one row from the claim function")
-    body = t[6]
-    if isinstance(body, memoryview):
-        body = body.tobytes()
-    return Row(t[0] or "", t[1], t[2] or 0, None if t[3] is None else t[3] / 1000.0,
-               t[4], t[5], body)
 
 
 def _as_response(value):
@@ -432,15 +346,21 @@ class Engine:
         return len(resp.body) > self.cfg.max_cacheable_response_bytes or (cap is not None and len(resp.body) > cap)
 
     def settle(self, c, claim_id, generation):
-        """After a connection lost during the finalize: did it commit? Renewing
-        waits for a commit in flight and says whether the claim is still ours."""
-        conn = yield Acquire()
+        """After a finalize lost with its connection or refused: did it commit?
+        Renewing waits for a commit in flight and says whether the claim is
+        still ours (and gives it a full lease). Unprepared: a statement cache
+        the server session does not share may be what failed."""
+        try:
+            conn = yield Acquire()
+        except psycopg.Error as e:
+            c.res.error = c.res.error or e
+            return "unknown", None
         try:
             t = yield Query(conn, self.sql.renew, (c.ck, claim_id, _ms_text(self.cfg.lease),
-                                                   _lock_timeout_text(self.cfg.follower_wait_budget)))
+                                                   _lock_timeout_text(self.cfg.follower_wait_budget)), False)
             if t and t[0]:
                 return "not_committed", conn
-            row = yield from self.lookup(c, conn)
+            row = parse_row((yield Query(conn, self.sql.lookup, (c.ck, c.rh), False)))
             if row.outcome in ("replay", "not_replayable") and row.generation in (0, generation):
                 return "committed", conn
             return "lost", conn
@@ -466,7 +386,7 @@ class Engine:
         try:
             return (yield from self.loop(c, conn, lambda row: self.win_lease(c, conn, row, handler)))
         finally:
-            yield Release(conn)
+            yield Release(conn, c.discard)
 
     def win_lease(self, c, conn, row, handler):
         c.res.generation = row.generation
@@ -482,7 +402,9 @@ class Engine:
             raise
         yield StopKeeper(keeper)
         yield from self.store_lease(c, conn, row, resp)
-        c.res.response = resp
+        # Not stored: the caller is told so, never given a response a retry could not replay.
+        c.res.response = (problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after)
+                          if c.res.outcome_unknown else resp)
         return self.finish(c, c.res.outcome)
 
     def store_lease(self, c, conn, row, resp):
@@ -492,25 +414,31 @@ class Engine:
             c.res.outcome = "failed" if action == FAIL else "won_completed"
             return
         params = self.finalize_params(c, row.claim_id, resp, False)
-        for _ in range(2):
+        # The handler has run: whatever goes wrong from here, the key is
+        # never released or failed (a duplicate would run the handler again).
+        # A failed finalize is sent again on a fresh connection, unprepared
+        # (a pooler's prepared-statement error is the usual cause), once
+        # reading the key shows it still ours and empty; what cannot be
+        # stored stays pending to its lease, and the same request recovers it.
+        target, prepare = conn, None
+        for _ in range(STORE_ATTEMPTS):
             fresh = None
             try:
-                target = conn
-                if conn.broken:
+                if target is None or target.broken:
                     target = fresh = yield Acquire()
-                t = yield Query(target, self.sql.finalize, params)
+                t = yield Query(target, self.sql.finalize, params, prepare)
             except psycopg.Error as e:
-                broken = (fresh or conn).broken
+                c.res.error = e
+                discard = target is not None and (target.broken or _sqlstate(e) in PREPARED_STATEMENT_ERRORS)
                 if fresh is not None:
-                    yield Release(fresh)
-                if not broken:
-                    c.res.error = e
-                    yield from self.give_up(c, conn, row.claim_id, RELEASE)
-                    c.res.outcome = "failed"
-                    return
-                # The finalize may have committed: read the key, never re-run.
+                    yield Release(fresh, discard)
+                elif discard:
+                    c.discard = True
+                target, prepare = None, False
+                # It may have committed (a lost connection): read the key, never re-run.
                 state, probe = yield from self.settle(c, row.claim_id, row.generation)
-                yield Release(probe)
+                if probe is not None:
+                    yield Release(probe)
                 if state == "not_committed":
                     continue
                 if state == "committed":
@@ -525,21 +453,24 @@ class Engine:
             if not t or not t[0]:
                 c.res.lease_stolen, c.res.outcome = True, "won_completed"
                 return
-            c.res.outcome = "completed_uncacheable" if self.uncached(resp, t[1]) else "won_completed"
+            c.res.outcome = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
             return
-        c.res.outcome = "failed"
+        c.res.outcome_unknown, c.res.outcome = True, "failed"
 
     # ---- transactions ----------------------------------------------------------------
 
+    # Transaction control is never prepared: psycopg prepares a statement
+    # after prepare_threshold uses, and a COMMIT refused by a pooler's
+    # prepared-statement clash would take the handler's writes down.
     def begin(self, conn, isolation):
-        yield Query(conn, "BEGIN")
+        yield Query(conn, "BEGIN", None, False)
         if ISOLATION.get(isolation):
-            yield Query(conn, "SET TRANSACTION ISOLATION LEVEL " + ISOLATION[isolation])
+            yield Query(conn, "SET TRANSACTION ISOLATION LEVEL " + ISOLATION[isolation], None, False)
 
     def rollback_quietly(self, conn):
         if conn is not None and not conn.broken:
             try:
-                yield Query(conn, "ROLLBACK")
+                yield Query(conn, "ROLLBACK", None, False)
             except psycopg.Error:
                 pass
 
@@ -550,7 +481,7 @@ class Engine:
             try:
                 yield from self.begin(tx, isolation)
                 resp = _as_response((yield CallHandler(handler, (tx, ClaimContext()))))
-                yield Query(tx, "ROLLBACK" if classify(resp.status) == FAIL else "COMMIT")
+                yield Query(tx, "ROLLBACK" if classify(resp.status) == FAIL else "COMMIT", None, False)
                 res.response, res.outcome = resp, "unguarded"
                 return res
             except psycopg.Error as e:
@@ -593,38 +524,60 @@ class Engine:
                 err = e
                 break
             try:
-                yield from self.begin(tx, isolation)
-                c.res.handler_ran = True
-                resp = _as_response((yield CallHandler(handler, (tx, ctx))))
-                action = classify(resp.status)
-                if action == FAIL:
-                    yield Query(tx, "ROLLBACK")  # a failure leaves none of its writes behind
+                try:
+                    yield from self.begin(tx, isolation)
+                    c.res.handler_ran = True
+                    resp = _as_response((yield CallHandler(handler, (tx, ctx))))
+                except Exception as e:
+                    yield from self.rollback_quietly(tx)
+                    if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
+                        continue
+                    err, action = e, FAIL
                     break
-                if action == RELEASE:
-                    yield Query(tx, "COMMIT")
-                    result = "won_completed"
+                # The handler has returned: an error from here on is the
+                # store's, never a reason to free the key (a duplicate would
+                # run the handler again), but for the server's own "retry
+                # the transaction" (40001 / 40P01) and a lost claim (IL001).
+                committing = False
+                try:
+                    action = classify(resp.status)
+                    if action == FAIL:
+                        yield from self.rollback_quietly(tx)  # a failure leaves none of its writes behind
+                        break
+                    if action == RELEASE:
+                        yield Query(tx, "COMMIT", None, False)
+                        result = "won_completed"
+                        break
+                    # The fence: raises IL001 if the claim is no longer ours,
+                    # taking the handler's writes down with it. Unprepared, so
+                    # that no statement cache can abort the transaction.
+                    t = yield Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True), False)
+                    committing = True
+                    yield Query(tx, "COMMIT", None, False)
+                    result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
+                    todo = "done"
                     break
-                # The fence: raises IL001 if the claim is no longer ours,
-                # taking the handler's writes down with it.
-                t = yield Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True))
-                yield Query(tx, "COMMIT")
-                result = "completed_uncacheable" if self.uncached(resp, t[1]) else "won_completed"
-                todo = "done"
-                break
-            except psycopg.Error as e:
-                yield from self.rollback_quietly(tx)
-                if _sqlstate(e) == "IL001":
-                    c.res.lease_stolen = True
-                    todo = "follow"
+                except psycopg.Error as e:
+                    broken = tx.broken
+                    yield from self.rollback_quietly(tx)
+                    if _sqlstate(e) == "IL001":
+                        c.res.lease_stolen = True
+                        todo = "follow"
+                        break
+                    if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
+                        continue
+                    c.res.error, todo = e, "pending"
+                    if committing and broken:
+                        # The COMMIT was in flight: read the key, never re-run.
+                        state, probe = yield from self.settle(c, row.claim_id, row.generation)
+                        if probe is not None:
+                            yield Release(probe)
+                        if state == "committed":
+                            result = "completed_uncacheable" if self.uncached(resp, None) else "won_completed"
+                            todo = "done"
+                        elif state == "lost":
+                            todo = "follow"
                     break
-                if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
-                    continue
-                err, action = e, FAIL
-                break
-            except Exception as e:
-                yield from self.rollback_quietly(tx)
-                err, action = e, FAIL
-                break
             finally:
                 yield Release(tx)
         yield StopKeeper(keeper)
@@ -637,10 +590,25 @@ class Engine:
             c.deadline = time.monotonic() + self.cfg.follower_wait_budget
             return (yield from self.loop(c, conn, lambda r: self.win_fenced(c, conn, r, handler, isolation),
                                          claim_first=False))
+        if todo == "pending":
+            # Nothing of this run is stored and the key stays ours until its
+            # lease runs out; a retry with the same key is answered from it then.
+            c.res.outcome_unknown = True
+            resp, result = problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed"
         c.res.response = resp
         return self.finish(c, result)
 
     # ---- in-transaction mode --------------------------------------------------------
+
+    def keep_cooldown(self, c, conn, claim_id):
+        """After the handler raised or its result could not be stored: roll its
+        writes back to the savepoint and commit the claim failed, with a cooldown."""
+        try:
+            yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler", None, False)
+            yield Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)), False)
+            yield Query(conn, "COMMIT", None, False)
+        except psycopg.Error:
+            yield from self.rollback_quietly(conn)
 
     def run_in_transaction(self, req, handler, isolation=None):
         early, c = self.prepare(req)
@@ -701,7 +669,7 @@ class Engine:
                 c.res.generation = row.generation
                 ctx = ClaimContext(row.generation, row.claim_id, c.ck)
                 try:
-                    yield Query(conn, "SAVEPOINT idem_handler")
+                    yield Query(conn, "SAVEPOINT idem_handler", None, False)
                     c.res.handler_ran = True
                     resp = _as_response((yield CallHandler(handler, (conn, ctx))))
                 except Exception as e:
@@ -711,35 +679,42 @@ class Engine:
                         do_claim, wait = True, False
                         continue  # everything rolled back, the claim too: run it again
                     # The handler raised: keep a cooldown, drop its writes.
-                    try:
-                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
-                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
-                        yield Query(conn, "COMMIT")
-                    except psycopg.Error:
-                        yield from self.rollback_quietly(conn)
+                    yield from self.keep_cooldown(c, conn, row.claim_id)
                     self.finish(c, "failed")
                     raise
+                # The handler has returned: an error from here on is the
+                # store's. It is answered, not raised, and never runs the
+                # handler again in this call (but for the server's own "retry
+                # the transaction", 40001 / 40P01, which rolled everything back).
                 try:
                     action = classify(resp.status)
                     setting = None
+                    # Unprepared: no statement cache may abort the handler's transaction.
                     if action == FINALIZE:
-                        t = yield Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True))
-                        setting = t[1]
+                        t = yield Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
+                                        False)
+                        setting = _text(t[1])
                     elif action == RELEASE:
-                        yield Query(conn, self.sql.release, (c.ck, row.claim_id))
+                        yield Query(conn, self.sql.release, (c.ck, row.claim_id), False)
                     else:
                         # A failure keeps none of the handler's writes but keeps the cooldown.
-                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler")
-                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)))
-                    yield Query(conn, "COMMIT")
+                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler", None, False)
+                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)),
+                                    False)
+                    yield Query(conn, "COMMIT", None, False)
                 except psycopg.Error as e:
-                    yield from self.rollback_quietly(conn)
-                    attempts += 1
-                    if _sqlstate(e) in ("40001", "40P01") and attempts < self.cfg.transaction_attempts:
+                    if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
+                        attempts += 1
+                        yield from self.rollback_quietly(conn)
                         do_claim, wait = True, False
                         continue  # everything rolled back, the claim too
-                    self.finish(c, "failed")
-                    raise
+                    # Nothing of this request is committed. Keep a cooldown
+                    # (duplicates waiting in idem_begin are not run at once)
+                    # and tell the caller that its result was not stored.
+                    c.res.error = e
+                    c.res.outcome_unknown = conn.broken
+                    yield from self.keep_cooldown(c, conn, row.claim_id)
+                    return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed")
                 c.res.response = resp
                 if action == FINALIZE:
                     return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")

@@ -9,15 +9,16 @@ from psycopg import pq
 
 from . import _engine as e
 from .config import Config
-from .runner import RetryRequest
+from .runner import RetryRequest, utf8_kwargs
 
 
 class AsyncSimplePool:
     """A small asyncio connection pool (psycopg_pool.AsyncConnectionPool works
-    as well: the runner only awaits getconn() and putconn())."""
+    as well: the runner only awaits getconn() and putconn()); client_encoding
+    UTF8 as pg_idem.SimplePool's."""
 
     def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, kwargs
+        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
         self._idle = []
 
     async def getconn(self):
@@ -138,7 +139,9 @@ class AsyncRunner:
             raise
         return conn
 
-    async def _release(self, conn):
+    async def _release(self, conn, discard=False):
+        if discard and not conn.closed:
+            await conn.close()  # its prepared statements are not its server session's
         try:
             if not conn.broken and not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 await conn.execute("ROLLBACK")
@@ -150,12 +153,12 @@ class AsyncRunner:
 
     async def _do(self, op):
         if isinstance(op, e.Query):
-            cur = await op.conn.execute(op.sql, op.params)
+            cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
             return (await cur.fetchone()) if cur.description else None
         if isinstance(op, e.Acquire):
             return await self._acquire()
         if isinstance(op, e.Release):
-            return await self._release(op.conn)
+            return await self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):
             return await asyncio.sleep(op.seconds)
         if isinstance(op, e.CallHandler):

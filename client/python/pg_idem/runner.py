@@ -5,20 +5,35 @@ import inspect
 import threading
 
 import psycopg
+import psycopg.conninfo
 from psycopg import pq
 
 from . import _engine as e
 from .config import Config
 
 
+def utf8_kwargs(conninfo, kwargs):
+    """kwargs with client_encoding=UTF8 unless the caller chose one: on a
+    SQL_ASCII database psycopg otherwise returns every text column as bytes
+    (the server does not convert from SQL_ASCII, so UTF8 is what it sends)."""
+    chosen = "client_encoding" in kwargs
+    if not chosen:
+        try:
+            chosen = "client_encoding" in psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError:
+            chosen = True  # let psycopg report the bad conninfo itself
+    return kwargs if chosen else dict(kwargs, client_encoding="UTF8")
+
+
 class SimplePool:
     """A small connection pool (psycopg_pool.ConnectionPool works as well:
     the runner only calls getconn() and putconn()).
 
-    Connections are opened on demand in autocommit and kept up to max_idle."""
+    Connections are opened on demand in autocommit, with client_encoding
+    UTF8 unless conninfo or kwargs set one, and kept up to max_idle."""
 
     def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, kwargs
+        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
         self._idle, self._lock = [], threading.Lock()
 
     def getconn(self):
@@ -166,7 +181,9 @@ class Runner:
             raise
         return conn
 
-    def _release(self, conn):
+    def _release(self, conn, discard=False):
+        if discard and not conn.closed:
+            conn.close()  # its prepared statements are not its server session's
         try:
             if not conn.broken and not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")
@@ -178,12 +195,12 @@ class Runner:
 
     def _do(self, op):
         if isinstance(op, e.Query):
-            cur = op.conn.execute(op.sql, op.params)
+            cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
             return cur.fetchone() if cur.description else None
         if isinstance(op, e.Acquire):
             return self._acquire()
         if isinstance(op, e.Release):
-            return self._release(op.conn)
+            return self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):
             threading.Event().wait(op.seconds)
             return None

@@ -89,8 +89,13 @@ struct run_result
     bool handler_ran = false;   // this call ran the handler
     bool replayed = false;      // response is a stored one
     bool lease_stolen = false;  // the claim was lost before the result was stored
-    // The commit of the result was in flight when the connection was lost
-    // and reading the key back did not settle it: the caller gets 503.
+    // The handler ran but its result is not stored, or may not be (the
+    // finalize refused or lost with its connection, and sending it again
+    // on a fresh connection and reading the key back did not store or
+    // settle it): the caller gets 503 outcome-unknown with Retry-After.
+    // The key is never released for this: it stays pending until its
+    // lease runs out, and a retry with the same key is answered from it or
+    // recovers it then. `error` holds the database error.
     bool outcome_unknown = false;
     std::int64_t generation = 0;  // of the claim this call won; 0 otherwise
     // The database error behind a 503 answer, for logging.
@@ -115,21 +120,28 @@ public:
                     metrics *observer = nullptr);
 
     // The handler runs with no transaction open. If it throws, the key goes
-    // into cooldown and the exception propagates.
+    // into cooldown and the exception propagates. Once it has returned,
+    // storing its result never runs it again nor frees the key for a
+    // duplicate: see run_result::outcome_unknown.
     run_result run(const request_view &req, const handler &h) const;
 
     // Exactly-once, claim first: h's writes and the stored response commit
     // in one transaction on a second connection, fenced by the claim. A
     // serialization failure or deadlock re-runs h in a new transaction (up to
     // config::transaction_attempts); a 5xx/408/429 response rolls h's writes
-    // back. Errors of h's transaction propagate after the key is put in
-    // cooldown.
+    // back. Errors h raises propagate after the key is put in cooldown;
+    // an error of the finalize or the COMMIT after h returned (or a
+    // connection lost then) is answered 503 outcome-unknown, nothing of h
+    // committed and the key left pending to its lease (h is not run again).
     run_result run_fenced(const request_view &req, const transaction_handler &h,
                           pg::isolation level = pg::isolation::read_committed) const;
 
     // Exactly-once, one transaction: BEGIN; idem_begin; h; idem_finalize;
     // COMMIT. Duplicates block in idem_begin (at most the wait budget, as
-    // lock_timeout) and then replay.
+    // lock_timeout) and then replay. If the finalize or the COMMIT fails
+    // after h returned, everything rolls back together but a cooldown,
+    // the call answers 503 outcome-unknown (with `error`) and h is not run
+    // again in it; only 40001 / 40P01 re-run h, as in run_fenced.
     run_result run_in_transaction(const request_view &req, const transaction_handler &h,
                                   pg::isolation level = pg::isolation::read_committed) const;
 

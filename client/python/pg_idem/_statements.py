@@ -1,0 +1,119 @@
+"""The SQL the runner sends and the rows it reads back (the C++ client's
+runner_statements.cpp): statements schema-qualified when configured, the
+arguments' text forms, and the decoding of a claim function's row."""
+
+import dataclasses
+import re
+
+import psycopg
+
+WON = ("claimed", "recovered_ttl", "recovered_abandoned")
+
+
+@dataclasses.dataclass
+class Row:
+    outcome: str
+    claim_id: str
+    generation: int
+    retry_after: float
+    status: int
+    headers_json: str
+    body: bytes
+
+    @property
+    def won(self):
+        return self.outcome in WON
+
+
+def _quote_ident(s):
+    return '"' + s.replace('"', '""') + '"'
+
+
+def _ms_text(seconds):
+    return "%d milliseconds" % max(1, int(round(seconds * 1000)))
+
+
+def _lock_timeout_text(seconds):
+    # 0 would mean "wait forever".
+    return "%dms" % max(1, int(round(seconds * 1000)))
+
+
+def parse_size_setting(text):
+    """idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1")."""
+    if not text:
+        return None
+    m = re.match(r"^(\d+)(B|kB|MB|GB|TB)?$", text)
+    if not m:
+        return None
+    mult = {None: 1, "B": 1, "kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}[m.group(2)]
+    return int(m.group(1)) * mult
+
+
+class Statements:
+    """The SQL the runner sends, schema-qualified when configured. Parameters are
+    positional (%s) in text order; set_config(..., true) is local to the
+    statement's transaction, so nothing stays on the session."""
+
+    def __init__(self, schema):
+        p = _quote_ident(schema) + "." if schema else ""
+        cols = ("SELECT r.outcome, r.claim_id::text, r.generation, "
+                "ceil(extract(epoch FROM r.retry_after) * 1000)::int8, "
+                "r.response_status, r.response_headers::text, r.response_body")
+        lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL "
+        lease = "CASE WHEN s.lt IS NOT NULL THEN %s::interval END"
+        # lock_timeout is set before idem_claim runs (the LATERAL reference
+        # orders them): a claim stuck behind an idem_begin transaction gives
+        # up with the wait budget.
+        self.claim = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ") r"
+        self.claim_wait = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ", %s::interval) r"
+        self.lookup = cols + " FROM " + p + "idem_lookup(%s::bytea, %s::bytea) r"
+        # In the caller's transaction: the budget as lock_timeout for
+        # idem_begin only, the caller's setting back right after it.
+        begin_from = (", pg_catalog.set_config('lock_timeout', s.old, true) FROM (SELECT "
+                      "pg_catalog.current_setting('lock_timeout') AS old, "
+                      "pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL ")
+        self.begin = cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease + ") r"
+        self.begin_wait = (cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease
+                           + ", %s::interval) r")
+        self.renew = ("SELECT CASE WHEN s.lt IS NOT NULL THEN " + p
+                      + "idem_renew(%s::bytea, %s::uuid, %s::interval) IS NOT NULL END"
+                      " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s")
+        # Over the client's cap: the server stores a body over
+        # idem.max_response_bytes as completed, not replayable, so that
+        # setting goes to 0 for this transaction and one byte is sent.
+        self.finalize = ("SELECT " + p + "idem_finalize(%s::bytea, %s::uuid, %s::int4, %s::jsonb, "
+                         "%s::bytea, %s::boolean), pg_catalog.current_setting('idem.max_response_bytes', true)"
+                         " FROM (SELECT CASE WHEN %s::boolean THEN pg_catalog.set_config("
+                         "'idem.max_response_bytes', '0', true) END AS forced) s")
+        self.release = "SELECT " + p + "idem_release(%s::bytea, %s::uuid)"
+        self.fail = "SELECT " + p + "idem_fail(%s::bytea, %s::uuid, %s::interval)"
+        # Does the server have the 4-argument (waiting) functions?
+        self.capabilities = (
+            "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false), "
+            "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) "
+            "FROM pg_catalog.pg_extension e "
+            "JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass "
+            " AND d.refobjid = e.oid AND d.deptype = 'e' "
+            " AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
+            "JOIN pg_catalog.pg_proc p ON p.oid = d.objid "
+            "WHERE e.extname = 'pg_idem'")
+
+
+def _text(v):
+    """A text column as str. On a SQL_ASCII database psycopg returns text
+    columns as bytes (it cannot know their encoding); pg_idem's own text
+    (outcomes, claim ids, settings, the JSON of the stored headers, which the
+    client sent as UTF-8) is UTF-8 there too."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).decode("utf-8", "surrogateescape")
+    return v
+
+
+def parse_row(t):
+    if t is None:
+        raise psycopg.DataError("pg_idem: expected one row from the claim function")
+    body = t[6]
+    if isinstance(body, memoryview):
+        body = body.tobytes()
+    return Row(_text(t[0]) or "", _text(t[1]), t[2] or 0, None if t[3] is None else t[3] / 1000.0,
+               t[4], _text(t[5]), body)
