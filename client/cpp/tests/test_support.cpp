@@ -1,5 +1,8 @@
 #include "test_support.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <libpq-fe.h>
 
 #include <chrono>
@@ -138,6 +141,28 @@ long long count_rows(const std::string &table, const std::string &key)
 {
     idem::pg::connection c(dsn());
     return c.exec("SELECT count(*) FROM " + table + " WHERE key = $1", key).get_int(0, 0);
+}
+
+long long server_counter(const std::string &name)
+{
+    idem::pg::connection c(dsn());
+    return c.exec("SELECT value FROM idem_stats WHERE counter = $1", name).get_int(0, 0);
+}
+
+void wait_for_counter(const std::string &name, long long at_least)
+{
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    idem::pg::connection c(dsn());
+    for (;;)
+    {
+        const long long v =
+            c.exec("SELECT value FROM idem_stats WHERE counter = $1", name).get_int(0, 0);
+        if (v >= at_least)
+            return;
+        if (std::chrono::steady_clock::now() > deadline)
+            FAIL() << "idem_stats." << name << " stayed at " << v << ", below " << at_least;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
 }
 
 }  // namespace idem_test

@@ -33,6 +33,15 @@ std::string unique_key(const std::string &prefix);
 // Rows in effects (or another table with a key column) for key.
 long long count_rows(const std::string &table, const std::string &key);
 
+// The server's idem_stats counter of this name (the library is preloaded in
+// the test clusters).
+long long server_counter(const std::string &name);
+
+// Waits until the counter reaches at_least: what a test waits for instead
+// of a fixed sleep.  Fails the test after a deadline generous enough for a
+// loaded machine.
+void wait_for_counter(const std::string &name, long long at_least);
+
 // A POST request for the runner, with the cache key and request hash the
 // server stores for it.
 struct test_request
