@@ -46,7 +46,7 @@ const PROBLEMS = Object.freeze({
   expired: Object.freeze({ name: "expired", slug: "idempotency-key-expired", title: "This Idempotency-Key has expired", detail: "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", status: Object.freeze({"ietf": 410, "seed": 409}), retryAfter: false }),
   request_too_large: Object.freeze({ name: "request_too_large", slug: "request-too-large", title: "Request body too large", detail: "The request body is over {limit} bytes.", status: Object.freeze({"ietf": 413, "seed": 413}), retryAfter: false }),
   store_unavailable: Object.freeze({ name: "store_unavailable", slug: "idempotency-store-unavailable", title: "Idempotency store unavailable", detail: "The request was not run. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
-  outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "Retry with the same Idempotency-Key: the request will not be run twice.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+  outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
 });
 
 // The server's claim outcomes and what a client does with each: run, replay,

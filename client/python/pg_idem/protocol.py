@@ -63,7 +63,7 @@ PROBLEMS = {
                    {"ietf": 413, "seed": 413}, False),
     "store_unavailable": Problem("store_unavailable", "idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.",
                    {"ietf": 503, "seed": 503}, True),
-    "outcome_unknown": Problem("outcome_unknown", "outcome-unknown", "The outcome of this request is not known yet", "Retry with the same Idempotency-Key: the request will not be run twice.",
+    "outcome_unknown": Problem("outcome_unknown", "outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.",
                    {"ietf": 503, "seed": 503}, True),
 }
 

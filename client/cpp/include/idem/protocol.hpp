@@ -89,7 +89,7 @@ inline constexpr std::array<problem_info, 10> problems = {{
     {"idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", {410, 409}, false},
     {"request-too-large", "Request body too large", "The request body is over {limit} bytes.", {413, 413}, false},
     {"idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.", {503, 503}, true},
-    {"outcome-unknown", "The outcome of this request is not known yet", "Retry with the same Idempotency-Key: the request will not be run twice.", {503, 503}, true},
+    {"outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", {503, 503}, true},
 }};
 
 inline constexpr const problem_info &info(problem p) noexcept
