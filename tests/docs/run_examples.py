@@ -41,6 +41,10 @@ so are the roles its examples created.  The cluster is the one of the
 libpq environment (PGHOST, PGPORT, PGUSER: a superuser), as make test
 provides it.
 
+Every relative link of those files, and of client/**/README.md, must lead
+to a file that exists and, for a heading (#anchor) of a Markdown file, to a
+heading that exists; each file's links count as one check.
+
 The last line is "docs examples: N passed, N failed, N not run".
 """
 
@@ -173,6 +177,62 @@ def parse_marker(b):
     return kind, opts, prelude + "\n" if prelude.strip() else ""
 
 
+def slug(heading):
+    """GitHub's anchor of a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def prose(path, code_spans=False):
+    """A Markdown file without its fenced blocks, HTML comments and (unless asked) code spans."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    out, fence = [], None
+    for line in text.split("\n"):
+        m = re.match(r"^ {0,3}(`{3,}|~{3,})", line)
+        if fence is None and m:
+            fence = m.group(1)
+        elif fence is not None and re.match(r"^ {0,3}%s%s*\s*$" % (re.escape(fence), re.escape(fence[0])), line):
+            fence = None
+        elif fence is None:
+            out.append(line if code_spans else re.sub(r"`[^`]*`", "", line))
+    return "\n".join(out)
+
+
+def anchors(path):
+    found, seen = set(), {}
+    for line in prose(path, code_spans=True).split("\n"):
+        m = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            a = slug(m.group(1))
+            n = seen.get(a, 0)
+            seen[a] = n + 1
+            found.add(a if n == 0 else "%s-%d" % (a, n))
+    return found
+
+
+def broken_links(path):
+    """Relative links of a Markdown file whose file or heading does not exist."""
+    bad = []
+    with open(path, encoding="utf-8") as f:
+        raw = f.read()
+    headings = {}
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose(path)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        full = os.path.normpath(os.path.join(os.path.dirname(path), file)) if file else path
+        if not os.path.exists(full):
+            bad.append("%s: no such file" % target)
+        elif anchor and full.endswith(".md"):
+            if full not in headings:
+                headings[full] = anchors(full)
+            if anchor not in headings[full]:
+                bad.append("%s: no such heading" % target)
+    return bad
+
+
 def matches(expected, got):
     return re.fullmatch(".*".join(map(re.escape, expected.split("…"))), got) is not None
 
@@ -295,6 +355,16 @@ class Runner:
         else:
             self.failed += 1
 
+    def check_links(self, path):
+        bad = broken_links(path)
+        where = os.path.relpath(path, ROOT)
+        print("%s %s: links%s" % ("not ok" if bad else "ok", where, (": " + "; ".join(bad)) if bad else ""))
+        self.results.append((0, not bad, "links: " + "; ".join(bad)))
+        if bad:
+            self.failed += 1
+        else:
+            self.passed += 1
+
     def run_file(self, path):
         try:
             bs = blocks(path)
@@ -349,11 +419,19 @@ def default_files():
     return files
 
 
+def link_only_files():
+    """Markdown files whose links are checked, beside those whose examples run."""
+    return sorted(set(glob.glob(os.path.join(ROOT, "client", "**", "README.md"), recursive=True))
+                  - set(glob.glob(os.path.join(ROOT, "client", "node", "node_modules", "**"), recursive=True)))
+
+
 # --self-test: one page whose every block must be reported as a failure,
 # except the first, which must pass.  Each kind of example is shown to fail
 # on a wrong expectation or an error, and so are an unmarked block, a marker
 # for another language and a not-run without a reason.
 SELF_TEST = '''# Self-test
+
+Links that go nowhere: [a file](no-such-file.md), [a heading](#no-such-heading).
 
 <!-- example: sql app -->
 ```sql
@@ -446,9 +524,13 @@ def self_test(tmp):
     with open(page, "w", encoding="utf-8") as f:
         f.write(SELF_TEST)
     runner = Runner(tmp)
+    runner.check_links(page)
+    links = runner.results.pop()
     runner.run_file(page)
     results = sorted(runner.results)
     bad = []
+    if links[1] or "no-such-file.md: no such file" not in links[2] or "#no-such-heading: no such heading" not in links[2]:
+        bad.append("broken links were not noticed: %s" % links[2])
     if len(results) != len(SELF_TEST_WANT) + 1 or not results[0][1]:
         bad.append("%d results, the first %s" % (len(results), "passed" if results and results[0][1] else "failed"))
     for (line, ok, text), want in zip(results[1:], SELF_TEST_WANT):
@@ -465,6 +547,8 @@ def main(argv):
             return self_test(tmp)
         files = [os.path.abspath(a) for a in argv] or default_files()
         runner = Runner(tmp)
+        for path in files + ([] if argv else link_only_files()):
+            runner.check_links(path)
         for path in files:
             runner.run_file(path)
         print("docs examples: %d passed, %d failed, %d not run" % (runner.passed, runner.failed, runner.not_run))
