@@ -13,7 +13,7 @@ EXT         = pg_idem
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" extension/$(EXT).control)
 
 MODULE_big  = $(EXT)
-# One folder per concern (extension/README.md); every .c in them is built.
+# One folder per concern (docs/design.md has the file map); every .c in them is built.
 OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*/*.c)))
 PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -Werror=implicit-function-declaration

@@ -1,4 +1,6 @@
-# Suite of tests/run.sh: the driver examples (client/examples/*/run-example.sh).  Sourced; uses count, say, as_run_user, $WORK, $PG_BIN.
+# Suite of tests/run.sh: the driver examples (client/examples/*/run-example.sh)
+# and every fenced example of README.md and docs/ (tests/docs/run_examples.py).
+# Sourced; uses count, say, as_run_user, $WORK, $PG_BIN.
 # Examples in other languages: each script exits non-zero on failure.
 suite_examples() {
     local script
@@ -11,5 +13,24 @@ suite_examples() {
             count "example $(basename "$(dirname "$script")")" 0 1
         fi
     done
-}
 
+    # The docs' runner must be able to fail before its passes mean anything.
+    local runner="$WORK/src/tests/docs/run_examples.py" log="$WORK/docs-examples.log" ok bad
+    say "docs examples: the runner's self-test (every kind of block can fail)"
+    if (cd "$WORK/src" && as_run_user /usr/bin/python3 "$runner" --self-test) >"$log" 2>&1; then
+        tail -n 1 "$log"
+        count "docs examples self-test" 1 0
+    else
+        cat "$log"
+        count "docs examples self-test" 0 1
+    fi
+    say "docs examples: every fenced block of README.md and docs/, every relative link"
+    (cd "$WORK/src" && as_run_user /usr/bin/python3 "$runner") >"$log" 2>&1
+    local rc=$?
+    grep -vE '^ok ' "$log"
+    ok=$(grep -oE '^docs examples: [0-9]+ passed' "$log" | grep -oE '[0-9]+')
+    bad=$(grep -oE '^docs examples: [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+    ok=${ok:-0} bad=${bad:-0}
+    [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    count "docs examples" "$ok" "$bad"
+}

@@ -1,11 +1,11 @@
-# Suite of tests/run.sh: monitoring/prometheus with Debian's
+# Suite of tests/run.sh: docs/monitoring/prometheus with Debian's
 # prometheus-postgres-exporter.  Sourced; uses count, say, as_run_user, free_port, $WORK.
 # A database with a stuck, an in-flight and a cooling key, outbox and
 # inbox backlog and dead letters; the exporter runs as idem_monitor (made by
 # monitor-role.sql) with pg_idem_queries.yaml, and each pg_idem metric it
 # serves on /metrics must equal what the views say.
 suite_monitoring() {
-    local exporter=/usr/bin/prometheus-postgres-exporter dir="$WORK/src/monitoring/prometheus"
+    local exporter=/usr/bin/prometheus-postgres-exporter dir="$WORK/src/docs/monitoring/prometheus"
     local db=idem_monitoring ok=0 bad=0 port metrics="$WORK/metrics.txt"
     say "monitoring: prometheus-postgres-exporter with pg_idem_queries.yaml"
     if [ ! -x "$exporter" ]; then
