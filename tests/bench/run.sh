@@ -406,6 +406,10 @@ if [ "$HAVE_OUTBOX" = t ]; then
     OUTBOX_COPY=$WORK/outbox bash "$BENCH/outbox.sh" "$MODE" ||
         echo "the outbox benchmark failed (exit $?): its targets are not measured" >&2
 fi
+# Cost as the work grows (clients, keys piling up, follower wake-up), on
+# a cluster of its own: results/growth.md.
+bash "$BENCH/growth.sh" "$MODE" ||
+    echo "the growth benchmark failed (exit $?): its curves are not measured" >&2
 echo "total_wall_seconds=$(($(date +%s) - START_TIME))" >>"$INFO/machine.txt"
 
 say "report"

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# make bench's growth section (issue 23): how the cost moves as the work
+# grows, on a throwaway cluster of its own; writes
+# tests/bench/results/growth.md, its plots and raw CSV.
+#
+#   bash tests/bench/growth.sh [quick|medium|full]     (make bench runs it too)
+#
+# Three curves, each against a baseline measured in the same run:
+#   clients   cycle (pg_idem / the minimal floor's bare INSERT+UPDATE), replay
+#             (pg_idem / a bare primary-key SELECT of the same rows) and a hot
+#             key (every client the same completed key: replays / the bare
+#             SELECT of it) at 1, 4, 16, 64 and 128 clients, variants
+#             interleaved within each round
+#   pile-up   the claim's p50/p99 with N keys in idem_keys, quiet and then
+#             while idem_cleanup deletes a backlog of N/2 keys past their
+#             horizon at full speed (one session calling it back to back
+#             until the backlog is gone); the cleanup's throughput in keys/s
+#   wake-up   followers 1, 10 and 100 waiting in the database for one
+#             winner, directly and through PgBouncer (transaction mode,
+#             pool 5): time from the winner's finalize to each follower's
+#             answer, p50/p99 (tests/bench/growth_wakeup.py)
+# The steady-state size under a short idem.ttl is the main section's
+# (tests/bench/run.sh): it stays there.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BENCH=$ROOT/tests/bench
+RESULTS=$BENCH/results
+. "$ROOT/tests/lib.sh"
+. "$ROOT/tests/pooling/pgbouncer.sh"
+
+MODE=${1:-quick}
+case $MODE in
+    quick)  ROUNDS=2 SECS=2 PILE_SECS=5 SIZES="100000 1000000" WAKE_ROUNDS=5 ;;
+    medium) ROUNDS=3 SECS=3 PILE_SECS=10 SIZES="1000000 3000000" WAKE_ROUNDS=10 ;;
+    full)   ROUNDS=3 SECS=10 PILE_SECS=30 SIZES="1000000 10000000" WAKE_ROUNDS=30 ;;
+    *) echo "usage: $0 [quick|medium|full]" >&2; exit 2 ;;
+esac
+CLIENT_COUNTS=${GROWTH_CLIENTS:-"1 4 16 64 128"}
+SIZES=${GROWTH_SIZES:-$SIZES}
+
+# max_connections above the largest client count and its pooler; the
+# horizons short so that the seeded backlog is past them (a key is deleted
+# past max(idem.ttl, idem.tombstone_ttl)).
+CLUSTER_CONF="shared_preload_libraries = 'pg_idem'
+max_connections = 300
+fsync = on
+synchronous_commit = on
+shared_buffers = 512MB
+max_wal_size = 8GB
+checkpoint_timeout = 1h
+autovacuum = on
+idem.cleanup_worker = off
+idem.ttl = '1h'
+idem.tombstone_ttl = '1h'
+jit = off"
+
+PGHOST=${PGHOST:-} PGPORT=${PGPORT:-} PGUSER=${PGUSER:-} PGDATABASE=${PGDATABASE:-}
+client() { PATH="$PG_BIN:$PATH" "$@"; }
+q() { client psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+
+START_TIME=$(date +%s)
+install_missing_packages gnuplot-nox bc
+make_workdir bench-growth
+build_and_install_extension "$ROOT"
+start_cluster "$CLUSTER_CONF"
+SCRIPTS=$BENCH/scripts
+OUT=$WORK/growth
+mkdir -p "$OUT"
+q -c "CREATE EXTENSION pg_idem" -f "$BENCH/sql/setup.sql" -f "$BENCH/sql/growth.sql" >/dev/null
+{
+    echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "mode=$MODE rounds=$ROUNDS secs=$SECS pile_secs=$PILE_SECS sizes=$SIZES"
+    echo "nproc=$(nproc)"
+    echo "postgres=$(q -c 'SELECT version()')"
+    echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$OUT/machine.txt"
+
+# One pgbench run; prints "tps,p50_us,p99_us" from its per-transaction log.
+pgbench_run() {   # CLIENTS SECS SCRIPT [ARGS...]
+    local clients=$1 secs=$2 script=$3 dir
+    shift 3
+    dir=$(mktemp -d "$WORK/run.XXXX")
+    client pgbench -n -M prepared -T "$secs" -c "$clients" -j $((clients < 2 ? clients : 2)) \
+        --log --log-prefix="$dir/log" -f "$SCRIPTS/$script.sql" "$@" >"$dir/out" 2>&1 || true
+    local tps
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$dir/out" | head -1)
+    { cat "$dir"/log.* 2>/dev/null || true; } | awk '$3 ~ /^[0-9]+$/ {print $3}' | sort -n |
+        awk -v tps="${tps:-0}" '{a[NR] = $1} END {
+            if (NR) printf "%s,%d,%d\n", tps, a[int(NR * 0.50 + 0.5)], a[int(NR * 0.99 + 0.5)];
+            else printf "%s,0,0\n", tps }'
+    rm -rf "$dir"
+}
+
+# ---------------------------------------------------------------------------
+say "clients: cycle, replay and a hot key at $CLIENT_COUNTS clients ($ROUNDS rounds x ${SECS}s)"
+echo "round,scenario,variant,clients,tps,p50_us,p99_us" >"$OUT/clients.csv"
+cell() {   # ROUND SCENARIO VARIANT CLIENTS
+    case $2 in
+        cycle) q -c "SELECT bench.reset('$([ "$3" = minimal ] && echo bench.idem_minimal || echo idem_keys)', 'none', 0)" >/dev/null ;;
+    esac
+    echo "$1,$2,$3,$4,$(pgbench_run "$4" "$SECS" "$2-$3")" >>"$OUT/clients.csv"
+}
+# The two variants of one point run back to back, their order turning
+# each round, so that the machine's drift hits both alike.
+pair() {   # ROUND SCENARIO CLIENTS BASE
+    if [ $(($1 % 2)) = 1 ]; then
+        cell "$1" "$2" pg_idem "$3"; cell "$1" "$2" "$4" "$3"
+    else
+        cell "$1" "$2" "$4" "$3"; cell "$1" "$2" pg_idem "$3"
+    fi
+}
+for round in $(seq 1 "$ROUNDS"); do
+    for clients in $CLIENT_COUNTS; do
+        pair "$round" cycle "$clients" minimal
+        # Replays read 10,000 completed keys of idem_keys (the floor reads
+        # the same rows); the hot key is the first of them.
+        q -c "SELECT bench.reset('idem_keys', 'completed', 10000)" -c "VACUUM ANALYZE idem_keys" >/dev/null
+        pair "$round" replay "$clients" floor
+        pair "$round" hotreplay "$clients" floor
+    done
+    echo "round $round of $ROUNDS done ($(($(date +%s) - START_TIME)) s)"
+done
+
+# ---------------------------------------------------------------------------
+say "pile-up: the claim's latency with $SIZES keys, quiet and during cleanup"
+echo "keys,phase,tps,p50_us,p99_us,deleted,cleanup_keys_per_s,table_mb,indexes_mb" >"$OUT/pileup.csv"
+for n in $SIZES; do
+    q -c "SELECT bench.growth_seed($n, $((n / 2)))" -c "VACUUM ANALYZE idem_keys" -c "CHECKPOINT" >/dev/null
+    size() { q -c "SELECT round(pg_relation_size('idem_keys') / 1048576.0, 1) || ',' ||
+                          round(pg_indexes_size('idem_keys') / 1048576.0, 1)"; }
+    echo "$n,quiet,$(pgbench_run 4 "$PILE_SECS" cycle-pg_idem),0,0,$(size)" >>"$OUT/pileup.csv"
+    # The cleaner: idem_cleanup(10000) back to back until the backlog is
+    # gone or the cycle's run is over; its rate is what it deleted over the
+    # time it ran.
+    before=$(q -c "SELECT bench.growth_backlog()")
+    pgbench_run 4 "$PILE_SECS" cycle-pg_idem >"$WORK/pile.result" &
+    cycler=$!
+    t0=$(date +%s.%N)
+    left=$before
+    while [ "$left" -gt 0 ] && kill -0 "$cycler" 2>/dev/null; do
+        q -c "SELECT idem_cleanup(10000)" >/dev/null
+        left=$(q -c "SELECT bench.growth_backlog()")
+    done
+    t1=$(date +%s.%N)
+    wait "$cycler" || true
+    deleted=$((before - left))
+    echo "$n,cleanup,$(cat "$WORK/pile.result"),$deleted,$(echo "scale=0; $deleted / ($t1 - $t0)" | bc),$(size)" >>"$OUT/pileup.csv"
+    q -c "TRUNCATE idem_keys" >/dev/null
+done
+
+# ---------------------------------------------------------------------------
+say "wake-up: 1, 10 and 100 followers, directly and through PgBouncer (pool 5)"
+PGBOUNCER_POOL_SIZE=5 start_pgbouncer || { echo "PgBouncer did not start: wake-up through it not measured"; PGBOUNCER_PORT=; }
+WAKE_ARGS=(--rounds "$WAKE_ROUNDS" --followers 1 10 100 --direct "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER")
+[ -n "${PGBOUNCER_PORT:-}" ] &&
+    WAKE_ARGS+=(--pooled "host=127.0.0.1 port=$PGBOUNCER_PORT dbname=$PGDATABASE user=$PGUSER")
+/usr/bin/python3 "$BENCH/growth_wakeup.py" "${WAKE_ARGS[@]}" >"$OUT/wakeup.csv" ||
+    echo "the wake-up measurement failed (exit $?)" >&2
+stop_pgbouncer
+
+echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
+echo "wall_seconds=$(($(date +%s) - START_TIME))" >>"$OUT/machine.txt"
+stop_cluster
+say "report"
+python3 "$BENCH/growth_report.py" "$OUT" "$RESULTS" "$BENCH/plots"

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""growth_report.py OUT RESULTS PLOTS: make bench's growth section as a page.
+
+Reads what tests/bench/growth.sh wrote in OUT (clients.csv, pileup.csv,
+wakeup.csv, machine.txt), writes RESULTS/growth.md, the plots
+RESULTS/growth_clients.png and RESULTS/growth_pileup.png (gnuplot scripts
+in PLOTS), and copies the CSVs to RESULTS/raw/growth/.  Ratios are of
+medians over the rounds, pg_idem against the baseline of the same round.
+"""
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+
+BASE = {"cycle": "minimal", "replay": "floor", "hotreplay": "floor"}
+TITLES = {"cycle": "new-key cycle (/ minimal floor's INSERT+UPDATE)",
+          "replay": "replay (/ bare primary-key SELECT)",
+          "hotreplay": "hot key, every client the same (/ bare SELECT of it)"}
+
+
+def read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def pct(values, p):
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(len(values) * p + 0.5) - 1 if p < 1 else len(values) - 1)]
+
+
+def clients_section(rows, lines, plots_in):
+    cells = defaultdict(list)
+    for r in rows:
+        cells[(r["scenario"], r["variant"], int(r["clients"]))].append(
+            (float(r["tps"] or 0), int(r["p50_us"]), int(r["p99_us"])))
+    counts = sorted({c for (_, _, c) in cells})
+    lines.append("## Throughput and latency by number of clients\n")
+    lines.append("Requests per second, median over the rounds; the ratio is pg_idem's "
+                 "over the baseline's; p99 in ms (pg_idem / baseline).\n")
+    data = []
+    for scenario, base in BASE.items():
+        lines.append(f"### {TITLES[scenario]}\n")
+        lines.append("| clients | pg_idem tps | baseline tps | ratio | p99 ms pg_idem / baseline |")
+        lines.append("|---|---|---|---|---|")
+        for c in counts:
+            ours, theirs = cells.get((scenario, "pg_idem", c)), cells.get((scenario, base, c))
+            if not ours or not theirs:
+                continue
+            t1 = statistics.median(x[0] for x in ours)
+            t0 = statistics.median(x[0] for x in theirs)
+            p1 = statistics.median(x[2] for x in ours) / 1000
+            p0 = statistics.median(x[2] for x in theirs) / 1000
+            ratio = t1 / t0 if t0 else float("nan")
+            lines.append(f"| {c} | {t1:.0f} | {t0:.0f} | {ratio:.2f} | {p1:.2f} / {p0:.2f} |")
+            data.append((scenario, c, ratio))
+        lines.append("")
+    with open(plots_in, "w") as f:
+        for scenario in BASE:
+            for s, c, ratio in data:
+                if s == scenario:
+                    f.write(f"{c} {ratio:.4f}\n")
+            f.write("\n\n")
+
+
+def pileup_section(rows, lines, plots_in):
+    lines.append("## Keys piling up, and the cleanup deleting a backlog\n")
+    lines.append("The claim cycle at 4 clients with N completed keys in idem_keys, quiet "
+                 "and while one session runs idem_cleanup(10000) back to back on a backlog "
+                 "of N/2 keys past their horizon (target: p99 during cleanup <= 2 x quiet).\n")
+    lines.append("| keys | phase | tps | p50 ms | p99 ms | p99 / quiet | cleanup keys/s | table MB | indexes MB |")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
+    quiet = {}
+    with open(plots_in, "w") as f:
+        for r in rows:
+            n, phase = int(r["keys"]), r["phase"]
+            p99 = int(r["p99_us"]) / 1000
+            if phase == "quiet":
+                quiet[n] = p99
+            rel = f"{p99 / quiet[n]:.2f}" if phase != "quiet" and quiet.get(n) else ""
+            speed = r["cleanup_keys_per_s"] if phase != "quiet" else ""
+            lines.append(f"| {n:,} | {phase} | {float(r['tps'] or 0):.0f} | {int(r['p50_us']) / 1000:.2f} "
+                         f"| {p99:.2f} | {rel} | {speed} | {r['table_mb']} | {r['indexes_mb']} |")
+            f.write(f"{n} {phase} {int(r['p50_us']) / 1000:.3f} {p99:.3f}\n")
+    lines.append("")
+
+
+def wakeup_section(rows, lines):
+    lines.append("## Follower wake-up\n")
+    lines.append("Time from the winner's finalize to each follower's answer (followers "
+                 "waiting inside idem_claim); through PgBouncer only the pool's 5 wait on "
+                 "a server at once, the rest queue in the pooler.\n")
+    lines.append("| path | followers | answers | p50 ms | p99 ms | max ms | outcomes |")
+    lines.append("|---|---|---|---|---|---|---|")
+    groups = defaultdict(list)
+    outcomes = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        k = (r["path"], int(r["followers"]))
+        groups[k].append(float(r["ms"]))
+        outcomes[k][r["outcome"]] += 1
+    for (path, n), ms in sorted(groups.items()):
+        o = ", ".join(f"{k} {v}" for k, v in sorted(outcomes[(path, n)].items()))
+        lines.append(f"| {path} | {n} | {len(ms)} | {pct(ms, 0.5):.1f} | {pct(ms, 0.99):.1f} "
+                     f"| {max(ms):.1f} | {o} |")
+    lines.append("")
+
+
+def main():
+    out, results, plots = sys.argv[1:4]
+    machine = open(os.path.join(out, "machine.txt")).read().strip().splitlines()
+    lines = ["# pg_idem benchmark: cost as the work grows", "",
+             "Written by `make bench` (tests/bench/growth.sh); every ratio is within one "
+             "run, the variants interleaved. The machine:", ""]
+    lines += [f"- {m}" for m in machine] + [""]
+    clients_section(read(os.path.join(out, "clients.csv")), lines, os.path.join(out, "clients.dat"))
+    pileup_section(read(os.path.join(out, "pileup.csv")), lines, os.path.join(out, "pileup.dat"))
+    wakeup_section(read(os.path.join(out, "wakeup.csv")), lines)
+    os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
+    for name in ("clients.csv", "pileup.csv", "wakeup.csv", "machine.txt"):
+        if os.path.exists(os.path.join(out, name)):
+            shutil.copy(os.path.join(out, name), os.path.join(results, "raw", "growth", name))
+    if shutil.which("gnuplot"):
+        subprocess.run(["gnuplot", "-e", f"data='{out}/clients.dat'; out='{results}/growth_clients.png'",
+                        os.path.join(plots, "growth_clients.gp")], check=False)
+        lines.append("![pg_idem / baseline by clients](growth_clients.png)\n")
+    with open(os.path.join(results, "growth.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
