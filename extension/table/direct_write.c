@@ -323,6 +323,16 @@ note_updated_columns(DirectTable *dt)
 #else
 	dt->rte->updatedCols = changed;
 #endif
+
+	/*
+	 * The executor works out once per IndexInfo whether an update leaves
+	 * an index's key unchanged (the B-tree's bottom-up deletion hint), as
+	 * every update of one statement changes the same columns.  The kept
+	 * IndexInfo outlives this update and the next changes other columns:
+	 * work it out again.
+	 */
+	for (i = 0; i < dt->rri->ri_NumIndices; i++)
+		dt->rri->ri_IndexRelationInfo[i]->ii_CheckedUnchanged = false;
 }
 
 /*
