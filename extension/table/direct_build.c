@@ -231,6 +231,45 @@ prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 	}
 }
 
+/*
+ * Is index a unique index on exactly the primary key's columns, with the
+ * same equality, that ON CONFLICT may take as an arbiter beside it?  The
+ * copy REINDEX CONCURRENTLY builds of the primary key (<name>_ccnew, and
+ * the old one once swapped) is one: without it among the arbiters, a
+ * claim that loses the race for a new key to a concurrent claim gets
+ * 23505 from the copy instead of the key's row (ExecInsertIndexTuples
+ * checks a non-arbiter unique index with UNIQUE_CHECK_YES).  Whether the
+ * index takes inserts yet (indisready) the executor checks on each write;
+ * a change of it invalidates the table, and the arbiters are rebuilt.
+ * Only the indexes' fixed fields are read: no lookups.
+ */
+static bool
+same_unique_key(Relation pk, Relation index)
+{
+	Form_pg_index pk_form = pk->rd_index;
+	Form_pg_index form = index->rd_index;
+	int			k;
+	int			j;
+
+	if (!form->indisunique || !form->indimmediate ||
+		form->indnkeyatts != pk_form->indnkeyatts ||
+		index->rd_rel->relam != pk->rd_rel->relam ||
+		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
+		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL))
+		return false;
+	for (k = 0; k < form->indnkeyatts; k++)
+	{
+		for (j = 0; j < pk_form->indnkeyatts; j++)
+			if (form->indkey.values[k] == pk_form->indkey.values[j])
+				break;
+		if (j == pk_form->indnkeyatts ||
+			index->rd_opfamily[k] != pk->rd_opfamily[j] ||
+			index->rd_indcollation[k] != pk->rd_indcollation[j])
+			return false;
+	}
+	return true;
+}
+
 /* Rebuild the kept state for rel, the schema's table. */
 void
 direct_build(DirectTable *dt, Relation rel, Oid namespace)
@@ -327,7 +366,12 @@ direct_build(DirectTable *dt, Relation rel, Oid namespace)
 	}
 	if (dt->pk_index < 0)
 		elog(ERROR, "pg_idem: primary key of %s not among its indexes", dt->relname);
-	dt->arbiters = list_make1_oid(dt->indexid);
+	dt->arbiters = NIL;
+	for (i = 0; i < dt->nindexes; i++)
+		if (i == dt->pk_index ||
+			same_unique_key(dt->rri->ri_IndexRelationDescs[dt->pk_index],
+							dt->rri->ri_IndexRelationDescs[i]))
+			dt->arbiters = lappend_oid(dt->arbiters, dt->index_oids[i]);
 	/* ExecOpenIndices locked them for a writer: each call locks its own. */
 	for (i = 0; i < dt->nindexes; i++)
 		index_close(dt->rri->ri_IndexRelationDescs[i], RowExclusiveLock);
