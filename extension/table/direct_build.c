@@ -28,18 +28,15 @@
 
 #include "table/direct_build.h"
 
-#include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/nbtree.h"
 #include "access/transam.h"
 #include "catalog/dependency.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
-#include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parse_coerce.h"

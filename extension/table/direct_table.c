@@ -55,39 +55,27 @@
 #include "postgres.h"
 
 #include "table/direct_table.h"
+
 #include "table/direct_build.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/nbtree.h"
 #include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
-#include "access/transam.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_index.h"
-#include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
-#include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "nodes/nodeFuncs.h"
-#include "parser/parse_coerce.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 #endif
-#include "rewrite/rewriteHandler.h"
-#include "storage/lmgr.h"
-#include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/typcache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -243,13 +231,25 @@ lookup_table(DirectTable *dt, Oid namespace)
  * its duration: the returned one.
  */
 DirectTable *
-direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
+direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 {
-	DirectTable *dt = kept;
+	DirectTable *kept = def->kept;
+	DirectTable *dt;
 	LOCKMODE	lockmode = access == DIRECT_READ ? AccessShareLock : RowExclusiveLock;
 	Relation	rel = NULL;
 	int			i;
 
+	if (kept == NULL)
+	{
+		if (def->ncolumns > DIRECT_MAX_COLUMNS)
+			elog(ERROR, "pg_idem: table %s declares too many columns", def->relname);
+		kept = MemoryContextAllocZero(TopMemoryContext, sizeof(DirectTable));
+		kept->relname = def->relname;
+		kept->columns = def->columns;
+		kept->ncolumns = def->ncolumns;
+		def->kept = kept;
+	}
+	dt = kept;
 	if (!kept->registered)
 		register_table(kept);
 	if (access != DIRECT_READ)
@@ -412,6 +412,35 @@ int
 direct_key_columns(DirectTable *dt)
 {
 	return dt->rri->ri_IndexRelationDescs[dt->pk_index]->rd_index->indnkeyatts;
+}
+
+/* The table's attribute number of the primary key's key_column'th column. */
+AttrNumber
+direct_key_attnum(DirectTable *dt, int key_column)
+{
+	Assert(key_column >= 0 && key_column < direct_key_columns(dt));
+	return dt->rri->ri_IndexRelationDescs[dt->pk_index]->rd_index->indkey.values[key_column];
+}
+
+/* The attribute number of a declared column (0: absent). */
+AttrNumber
+direct_attnum(DirectTable *dt, int column)
+{
+	return dt->attnum[column];
+}
+
+/* How many attributes a row of the table has (its deformed arrays' size). */
+int
+direct_natts(DirectTable *dt)
+{
+	return dt->desc->natts;
+}
+
+/* The schema of the table open in this call. */
+Oid
+direct_namespace(DirectTable *dt)
+{
+	return dt->namespace;
 }
 
 /*
