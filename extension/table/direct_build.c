@@ -286,8 +286,6 @@ direct_build(DirectTable *dt, Relation rel, Oid namespace)
 		MemoryContextDelete(dt->context);
 	dt->context = AllocSetContextCreate(TopMemoryContext, "pg_idem direct table access",
 										ALLOCSET_SMALL_SIZES);
-	dt->call_context = AllocSetContextCreate(dt->context, "pg_idem direct table call",
-											 ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(dt->context);
 
 	dt->namespace = namespace;

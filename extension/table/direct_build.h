@@ -43,7 +43,6 @@ struct DirectTable
 	Oid			owner;
 	AttrNumber	attnum[DIRECT_MAX_COLUMNS]; /* 0: absent */
 	MemoryContext context;
-	MemoryContext call_context;	/* a call's index AM caches, reset at close */
 	TupleDesc	desc;			/* a copy of the table's, defaults included */
 	EState	   *estate;
 	ResultRelInfo *rri;

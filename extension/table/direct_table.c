@@ -316,18 +316,12 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 	}
 
 	/*
-	 * What an index AM caches in the kept IndexInfo (GIN's and BRIN's
-	 * insert state) points at the index's relcache entry of the call that
-	 * made it, which may be gone by now: it lives for one call only, as it
-	 * lives for one statement in the executor.
+	 * The kept IndexInfos' AM caches (GIN's and BRIN's insert state) point
+	 * at the indexes' relcache entries of the call that made them.  An
+	 * entry is only rebuilt or freed by an invalidation of it, which marks
+	 * this state stale (invalidate_relation): the caches never outlive
+	 * their entries.
 	 */
-	for (i = 0; i < dt->nindexes; i++)
-	{
-		IndexInfo  *info = dt->rri->ri_IndexRelationInfo[i];
-
-		info->ii_AmCache = NULL;
-		info->ii_Context = dt->call_context;
-	}
 	dt->rel = rel;
 	/*
 	 * A trigger's function is looked up afresh in every call: its FmgrInfo
@@ -396,7 +390,6 @@ direct_close(DirectTable *dt)
 		index_close(dt->rri->ri_IndexRelationDescs[i], NoLock);
 	table_close(dt->rel, NoLock);
 	dt->rel = NULL;
-	MemoryContextReset(dt->call_context);
 
 	if (dt->guc_level != 0)
 		AtEOXact_GUC(true, dt->guc_level);
