@@ -18,8 +18,9 @@
  *
  * Every function names the transition it makes; its UPDATE re-states the
  * expected status and the caller's generation in its WHERE clause, so under
- * READ COMMITTED a concurrent change makes it touch nothing (the
- * EvalPlanQual re-check; shared/SCENARIOS.md).  When the CAS misses, the row
+ * READ COMMITTED a concurrent change makes it touch nothing (an UPDATE
+ * that waited for a concurrent writer re-checks its WHERE clause against
+ * the newest row version: EvalPlanQual).  When the CAS misses, the row
  * is read once more to tell the caller why:
  *
  *	  - another generation, or a state that comes after the expected one in

@@ -4,10 +4,11 @@
  *	  Single-flight claims of idempotency keys: claim, begin and lookup,
  *	  with the follower's wait in the server.
  *
- * The protocol stands on two facts of READ COMMITTED (shared/SCENARIOS.md):
- * INSERT ... ON CONFLICT DO NOTHING waits for an in-flight inserter of the
- * same key and then does nothing if it committed, and an UPDATE re-checks
- * its WHERE clause against the newest row version after waiting.  So the
+ * The protocol stands on two facts of READ COMMITTED: INSERT ... ON
+ * CONFLICT DO NOTHING waits for an in-flight inserter of the same key and
+ * then does nothing if it committed (inserts if it aborted), and an UPDATE
+ * re-checks its WHERE clause against the newest row version after waiting
+ * (EvalPlanQual).  So the
  * claim reads the key, decides, and then writes with a statement whose
  * predicate re-states the decision; if the key changed in between, the
  * write touches nothing and the claim reads again.  The calls after the

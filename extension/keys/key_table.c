@@ -71,7 +71,7 @@ static const char *const key_state_names[] = {
 };
 
 /* The per-backend access to idem_keys (direct_table.c keeps its pieces). */
-static DirectTable keys = {"idem_keys", key_columns, NCOLUMNS};
+static DirectTableDef keys = DIRECT_TABLE("idem_keys", key_columns, NCOLUMNS);
 
 /* Open the schema's idem_keys for one call (see direct_open). */
 KeyTable *
@@ -79,11 +79,9 @@ key_table_open(Oid namespace, DirectAccess access)
 {
 	KeyTable   *table = direct_open(&keys, namespace, access);
 
-	if (direct_attnum(table, COL_CACHE_KEY) !=
-		table->rri->ri_IndexRelationDescs[table->pk_index]->rd_index->indkey.values[0] ||
+	if (direct_attnum(table, COL_CACHE_KEY) != direct_key_attnum(table, 0) ||
 		(direct_attnum(table, COL_SCOPE) != 0 && direct_key_columns(table) == 2 &&
-		 direct_attnum(table, COL_SCOPE) !=
-		 table->rri->ri_IndexRelationDescs[table->pk_index]->rd_index->indkey.values[1]))
+		 direct_attnum(table, COL_SCOPE) != direct_key_attnum(table, 1)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem table idem_keys has an unexpected primary key"),
@@ -140,7 +138,7 @@ parse_state(text *state)
 static void
 row_from_tuple(KeyTable *table, HeapTuple tuple, KeyRow *row)
 {
-	int			natts = table->desc->natts;
+	int			natts = direct_natts(table);
 	Datum	   *values = palloc(sizeof(Datum) * natts);
 	bool	   *nulls = palloc(sizeof(bool) * natts);
 
@@ -312,7 +310,7 @@ key_table_update(KeyTable *table, KeyRow *row)
 int64
 key_table_next_generation(KeyTable *table)
 {
-	Oid			sequence = get_relname_relid("idem_generation_seq", table->namespace);
+	Oid			sequence = get_relname_relid("idem_generation_seq", direct_namespace(table));
 
 	if (!OidIsValid(sequence))
 		elog(ERROR, "pg_idem sequence idem_generation_seq is missing");

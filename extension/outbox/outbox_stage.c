@@ -81,7 +81,7 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_SCOPE] = {"scope", TEXTOID},
 };
 
-static DirectTable queue_table = {"idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS};
+static DirectTableDef queue_table = DIRECT_TABLE("idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS);
 
 /* Refuse a batch size outside 1 .. max. */
 int32

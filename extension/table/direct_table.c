@@ -56,36 +56,26 @@
 
 #include "table/direct_table.h"
 
+#include "table/direct_build.h"
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/nbtree.h"
 #include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
-#include "access/transam.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
-#include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "nodes/nodeFuncs.h"
-#include "parser/parse_coerce.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 #endif
-#include "rewrite/rewriteHandler.h"
-#include "storage/lmgr.h"
-#include "utils/builtins.h"
-#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/typcache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -231,265 +221,6 @@ lookup_table(DirectTable *dt, Oid namespace)
 	return relid;
 }
 
-/* Check the table's shape and note where each declared column is. */
-static void
-map_columns(DirectTable *dt, Relation rel)
-{
-	int			c;
-
-	Assert(dt->ncolumns <= DIRECT_MAX_COLUMNS);
-	for (c = 0; c < dt->ncolumns; c++)
-	{
-		AttrNumber	attnum = get_attnum(RelationGetRelid(rel), dt->columns[c].name);
-
-		if (attnum == InvalidAttrNumber && dt->columns[c].optional)
-		{
-			dt->attnum[c] = 0;
-			continue;
-		}
-		if (attnum <= 0 ||
-			TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid != dt->columns[c].type)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("pg_idem table %s has an unexpected shape", dt->relname),
-					 errdetail("Column \"%s\" is missing or not of type %s.",
-							   dt->columns[c].name, format_type_be(dt->columns[c].type))));
-		dt->attnum[c] = attnum;
-	}
-}
-
-/* Is funcid somebody else's: neither built in nor pg_idem's? */
-static bool
-is_foreign_function(Oid funcid, void *context)
-{
-	return funcid >= FirstNormalObjectId &&
-		getExtensionOfObject(ProcedureRelationId, funcid) != *(Oid *) context;
-}
-
-static bool
-calls_foreign_function(Node *node, void *context)
-{
-	if (node == NULL)
-		return false;
-	if (check_functions_in_node(node, is_foreign_function, context))
-		return true;
-	return expression_tree_walker(node, calls_foreign_function, context);
-}
-
-/*
- * Does code somebody else wrote run inside a write: a trigger a DBA added,
- * a column of a type of theirs (a domain's CHECK), or a function of theirs
- * in a CHECK, a default, a generated column, an index expression or
- * predicate, a trigger's WHEN?  Such code may resolve
- * names with the search_path when it runs, and it runs as the table's
- * owner: those calls pin search_path to pg_catalog, pg_temp, as SECURITY
- * DEFINER ... SET search_path did.  pg_idem's own tables have none, so
- * their calls pay nothing for it.
- */
-static bool
-has_foreign_code(Relation rel)
-{
-	Oid			extension = get_extension_oid("pg_idem", false);
-	TupleConstr *constr = rel->rd_att->constr;
-	List	   *indexes = RelationGetIndexList(rel);
-	ListCell   *lc;
-	int			i;
-
-	/* A type of somebody else's: its domain CHECKs, its I/O functions. */
-	for (i = 0; i < RelationGetDescr(rel)->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), i);
-
-		if (!att->attisdropped && att->atttypid >= FirstNormalObjectId)
-			return true;
-	}
-	if (constr != NULL)
-	{
-		for (i = 0; i < constr->num_check; i++)
-			if (calls_foreign_function(stringToNode(constr->check[i].ccbin), &extension))
-				return true;
-		for (i = 0; i < constr->num_defval; i++)
-			if (calls_foreign_function(stringToNode(constr->defval[i].adbin), &extension))
-				return true;
-	}
-	if (rel->trigdesc != NULL)
-		for (i = 0; i < rel->trigdesc->numtriggers; i++)
-		{
-			Trigger    *trigger = &rel->trigdesc->triggers[i];
-
-			if (is_foreign_function(trigger->tgfoid, &extension) ||
-				(trigger->tgqual != NULL &&
-				 calls_foreign_function(stringToNode(trigger->tgqual), &extension)))
-				return true;
-		}
-	foreach(lc, indexes)
-	{
-		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
-		bool		foreign = calls_foreign_function((Node *) RelationGetIndexExpressions(index), &extension) ||
-			calls_foreign_function((Node *) RelationGetIndexPredicate(index), &extension);
-
-		for (i = 0; i < index->rd_index->indnkeyatts && !foreign; i++)
-			foreign = index->rd_opcintype[i] >= FirstNormalObjectId ||
-				index->rd_opfamily[i] >= FirstNormalObjectId;
-		index_close(index, AccessShareLock);
-		if (foreign)
-			return true;
-	}
-	return false;
-}
-
-/*
- * What an INSERT naming only the columns the caller sets would give the
- * others: their default, computed per new row (prepared here once).
- * Stored generated columns are recomputed by every write (they are all
- * marked as depending on the update).
- */
-static void
-prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	int			i;
-
-	dt->ndefaults = 0;
-	dt->default_attnums = palloc(sizeof(AttrNumber) * Max(desc->natts, 1));
-	dt->default_exprs = palloc(sizeof(ExprState *) * Max(desc->natts, 1));
-	for (i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-		Node	   *expr;
-
-		if (att->attisdropped)
-			continue;
-		if (att->attgenerated)
-		{
-#if PG_VERSION_NUM < 160000
-			rte->extraUpdatedCols = bms_add_member(rte->extraUpdatedCols,
-												   att->attnum - FirstLowInvalidHeapAttributeNumber);
-#endif
-			continue;
-		}
-		expr = build_column_default(rel, att->attnum);
-		/* No default, a domain type: its NOT NULL and CHECKs judge the NULL, as in SQL. */
-		if (expr == NULL && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
-			expr = coerce_to_domain((Node *) makeNullConst(getBaseType(att->atttypid), -1,
-														   att->attcollation),
-									InvalidOid, -1, att->atttypid, COERCION_IMPLICIT,
-									COERCE_IMPLICIT_CAST, -1, false);
-		if (expr == NULL)
-			continue;
-		dt->default_attnums[dt->ndefaults] = att->attnum;
-		dt->default_exprs[dt->ndefaults] = ExecPrepareExpr((Expr *) expr, dt->estate);
-		dt->ndefaults++;
-	}
-}
-
-/* Rebuild the kept state for rel, the schema's table. */
-static void
-build(DirectTable *dt, Relation rel, Oid namespace)
-{
-	MemoryContext old;
-	RangeTblEntry *rte;
-	int			i;
-	int			k;
-
-	/* An invalidation during the build (it takes locks) makes it stale again. */
-	dt->built = false;
-	dt->stale = false;
-	dt->relid = RelationGetRelid(rel);
-	dt->nindexes = 0;
-	dt->index_oids = NULL;
-	if (dt->context != NULL)
-		MemoryContextDelete(dt->context);
-	dt->context = AllocSetContextCreate(TopMemoryContext, "pg_idem direct table access",
-										ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(dt->context);
-
-	dt->namespace = namespace;
-	dt->relid = RelationGetRelid(rel);
-	dt->owner = rel->rd_rel->relowner;
-	map_columns(dt, rel);
-
-	dt->indexid = RelationGetPrimaryKeyIndex(rel);
-	if (!OidIsValid(dt->indexid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_idem table %s has no primary key", dt->relname)));
-
-	dt->pin_search_path = has_foreign_code(rel);
-	dt->desc = CreateTupleDescCopyConstr(RelationGetDescr(rel));
-	dt->assigned = palloc0(sizeof(bool) * Max(dt->desc->natts, 1));
-	dt->old_values = palloc0(sizeof(Datum) * Max(dt->desc->natts, 1));
-	dt->old_nulls = palloc0(sizeof(bool) * Max(dt->desc->natts, 1));
-	dt->estate = CreateExecutorState();
-	rte = makeNode(RangeTblEntry);
-	rte->rtekind = RTE_RELATION;
-	rte->relid = dt->relid;
-	rte->relkind = RELKIND_RELATION;
-	rte->rellockmode = RowExclusiveLock;
-	dt->rte = rte;
-#if PG_VERSION_NUM >= 160000
-	{
-		List	   *perminfos = NIL;
-
-		(void) addRTEPermissionInfo(&perminfos, rte);
-		ExecInitRangeTable(dt->estate, list_make1(rte), perminfos);
-	}
-#else
-	ExecInitRangeTable(dt->estate, list_make1(rte));
-#endif
-	dt->rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(dt->rri, rel, 1, NULL, 0);
-	/* So that AFTER trigger firing finds it instead of making one per call. */
-	dt->estate->es_opened_result_relations = list_make1(dt->rri);
-
-	/* Index information for speculative insertion, built once. */
-	ExecOpenIndices(dt->rri, true);
-	dt->nindexes = dt->rri->ri_NumIndices;
-	dt->index_oids = palloc(sizeof(Oid) * Max(dt->nindexes, 1));
-	dt->pk_index = -1;
-	for (i = 0; i < dt->nindexes; i++)
-	{
-		Relation	index = dt->rri->ri_IndexRelationDescs[i];
-
-		dt->index_oids[i] = RelationGetRelid(index);
-		if (dt->index_oids[i] == dt->indexid)
-		{
-			if (index->rd_rel->relam != BTREE_AM_OID)
-				ereport(ERROR,
-						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-						 errmsg("pg_idem table %s has an unexpected primary key", dt->relname),
-						 errdetail("Its primary key is not a B-tree.")));
-			dt->pk_index = i;
-			for (k = 0; k < index->rd_index->indnkeyatts; k++)
-			{
-				Oid			eq = get_opfamily_member(index->rd_opfamily[k], index->rd_opcintype[k],
-													 index->rd_opcintype[k], BTEqualStrategyNumber);
-
-				if (!OidIsValid(eq))
-					elog(ERROR, "pg_idem: no equality operator for the primary key of %s",
-						 dt->relname);
-				dt->pk_eq[k] = get_opcode(eq);
-			}
-		}
-		/* ExecOpenIndices locked it for a writer: each call locks its own. */
-		index_close(index, RowExclusiveLock);
-	}
-	if (dt->pk_index < 0)
-		elog(ERROR, "pg_idem: primary key of %s not among its indexes", dt->relname);
-	dt->arbiters = list_make1_oid(dt->indexid);
-	prepare_defaults(dt, rel, rte);
-
-	dt->read_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
-	dt->new_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsVirtual);
-	dt->conflict_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
-	/* The trigger calls' slots, kept in the ResultRelInfo: over the copy too. */
-	dt->rri->ri_TrigOldSlot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
-	dt->rri->ri_TrigNewSlot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
-
-	MemoryContextSwitchTo(old);
-	dt->built = true;
-}
-
 /*
  * Open the schema's table for one call: lock it as the statement would
  * (DIRECT_READ: as a SELECT, and as an INSERT or UPDATE from the first
@@ -500,13 +231,25 @@ build(DirectTable *dt, Relation rel, Oid namespace)
  * its duration: the returned one.
  */
 DirectTable *
-direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
+direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 {
-	DirectTable *dt = kept;
+	DirectTable *kept = def->kept;
+	DirectTable *dt;
 	LOCKMODE	lockmode = access == DIRECT_READ ? AccessShareLock : RowExclusiveLock;
 	Relation	rel = NULL;
 	int			i;
 
+	if (kept == NULL)
+	{
+		if (def->ncolumns > DIRECT_MAX_COLUMNS)
+			elog(ERROR, "pg_idem: table %s declares too many columns", def->relname);
+		kept = MemoryContextAllocZero(TopMemoryContext, sizeof(DirectTable));
+		kept->relname = def->relname;
+		kept->columns = def->columns;
+		kept->ncolumns = def->ncolumns;
+		def->kept = kept;
+	}
+	dt = kept;
 	if (!kept->registered)
 		register_table(kept);
 	if (access != DIRECT_READ)
@@ -560,7 +303,7 @@ direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 			(void) set_config_option("search_path", "pg_catalog, pg_temp",
 									 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 									 true, 0, false);
-			build(dt, rel, namespace);
+			direct_build(dt, rel, namespace);
 			AtEOXact_GUC(true, level);
 		}
 		dt->rri->ri_RelationDesc = rel;
@@ -572,6 +315,13 @@ direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 			index_close(dt->rri->ri_IndexRelationDescs[i], NoLock);
 	}
 
+	/*
+	 * The kept IndexInfos' AM caches (GIN's and BRIN's insert state) point
+	 * at the indexes' relcache entries of the call that made them.  An
+	 * entry is only rebuilt or freed by an invalidation of it, which marks
+	 * this state stale (invalidate_relation): the caches never outlive
+	 * their entries.
+	 */
 	dt->rel = rel;
 	/*
 	 * A trigger's function is looked up afresh in every call: its FmgrInfo
@@ -655,6 +405,35 @@ int
 direct_key_columns(DirectTable *dt)
 {
 	return dt->rri->ri_IndexRelationDescs[dt->pk_index]->rd_index->indnkeyatts;
+}
+
+/* The table's attribute number of the primary key's key_column'th column. */
+AttrNumber
+direct_key_attnum(DirectTable *dt, int key_column)
+{
+	Assert(key_column >= 0 && key_column < direct_key_columns(dt));
+	return dt->rri->ri_IndexRelationDescs[dt->pk_index]->rd_index->indkey.values[key_column];
+}
+
+/* The attribute number of a declared column (0: absent). */
+AttrNumber
+direct_attnum(DirectTable *dt, int column)
+{
+	return dt->attnum[column];
+}
+
+/* How many attributes a row of the table has (its deformed arrays' size). */
+int
+direct_natts(DirectTable *dt)
+{
+	return dt->desc->natts;
+}
+
+/* The schema of the table open in this call. */
+Oid
+direct_namespace(DirectTable *dt)
+{
+	return dt->namespace;
 }
 
 /*

@@ -10,14 +10,10 @@
 #define IDEM_TABLE_DIRECT_TABLE_H
 
 
-#include "access/genam.h"
+#include "access/attnum.h"
 #include "access/htup.h"
 #include "executor/tuptable.h"
-#include "nodes/execnodes.h"
 #include "storage/itemptr.h"
-#include "utils/snapshot.h"
-
-#define DIRECT_MAX_COLUMNS 24
 
 /* How a call will use the table: the lock it takes at open. */
 typedef enum DirectAccess
@@ -36,60 +32,22 @@ typedef struct DirectColumn
 } DirectColumn;
 
 /*
- * One of pg_idem's tables, as a module declares it (relname, columns),
- * and the executor pieces kept for it across calls.  A module has one
- * static DirectTable per table; direct_table.c fills in the rest.
+ * One of pg_idem's tables, as a module declares it (one static
+ * DirectTableDef per table: DIRECT_TABLE(relname, columns, ncolumns)).
+ * What direct_table.c keeps for it across calls is its own (DirectTable,
+ * opaque outside table/), made at the first open.
  */
-typedef struct DirectTable
+typedef struct DirectTable DirectTable;
+
+typedef struct DirectTableDef
 {
 	const char *relname;
 	const DirectColumn *columns;
 	int			ncolumns;
+	DirectTable *kept;
+} DirectTableDef;
 
-	/* Kept across calls; rebuilt when stale. */
-	bool		registered;
-	bool		transient;		/* a nested call's own state, freed at close */
-	bool		built;
-	bool		stale;
-	bool		pin_search_path;	/* code of somebody else's runs inside */
-	Oid			namespace;
-	Oid			relid;
-	Oid			indexid;		/* the primary key */
-	Oid			owner;
-	AttrNumber	attnum[DIRECT_MAX_COLUMNS]; /* 0: absent */
-	MemoryContext context;
-	TupleDesc	desc;			/* a copy of the table's, defaults included */
-	EState	   *estate;
-	ResultRelInfo *rri;
-	int			nindexes;
-	Oid		   *index_oids;
-	int			pk_index;		/* its place in rri's index arrays */
-	RegProcedure pk_eq[INDEX_MAX_KEYS];	/* its columns' equality functions */
-	List	   *arbiters;		/* ON CONFLICT on the primary key */
-	int			ndefaults;
-	AttrNumber *default_attnums;
-	ExprState **default_exprs;
-	RangeTblEntry *rte;
-	Datum	   *old_values;		/* the version an update replaces */
-	bool	   *old_nulls;
-	TupleTableSlot *read_slot;
-	TupleTableSlot *new_slot;
-	TupleTableSlot *conflict_slot;
-
-	/* This call's. */
-	bool		in_use;
-	SubTransactionId open_subid;	/* where the call began */
-	int			guc_level;		/* the pinned search_path's, or 0 */
-	bool		query_started;	/* AfterTriggerBeginQuery was called */
-	bool		write_locked;	/* RowExclusiveLock taken */
-	bool	   *assigned;		/* new_slot's columns the caller set */
-	Relation	rel;
-	Snapshot	snapshot;
-	IndexScanDesc scan;
-	struct TransitionCaptureState *capture;	/* this write's, or NULL */
-	Oid			save_userid;
-	int			save_sec_context;
-} DirectTable;
+#define DIRECT_TABLE(relname, columns, ncolumns) {(relname), (columns), (ncolumns), NULL}
 
 /* What a write did. */
 typedef enum DirectWrite
@@ -99,7 +57,7 @@ typedef enum DirectWrite
 	DIRECT_STALE				/* the table changed shape: reopen, read again */
 } DirectWrite;
 
-extern DirectTable *direct_open(DirectTable *table, Oid namespace, DirectAccess access);
+extern DirectTable *direct_open(DirectTableDef *def, Oid namespace, DirectAccess access);
 extern void direct_close(DirectTable *table);
 
 extern void direct_scan_begin(DirectTable *table, int nkeys, const Datum *keys,
@@ -115,11 +73,10 @@ extern DirectWrite direct_insert(DirectTable *table, bool on_conflict_do_nothing
 								 ItemPointer tid);
 extern DirectWrite direct_update(DirectTable *table, ItemPointer old_tid, ItemPointer new_tid);
 
-/* The attribute number of a declared column (0: absent). */
-static inline AttrNumber
-direct_attnum(DirectTable *table, int column)
-{
-	return table->attnum[column];
-}
+/* What a call may ask of its open table. */
+extern AttrNumber direct_attnum(DirectTable *table, int column);	/* 0: absent */
+extern int	direct_natts(DirectTable *table);
+extern AttrNumber direct_key_attnum(DirectTable *table, int key_column);
+extern Oid	direct_namespace(DirectTable *table);
 
 #endif							/* IDEM_TABLE_DIRECT_TABLE_H */

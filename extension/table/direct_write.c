@@ -20,36 +20,20 @@
 
 #include "table/direct_table.h"
 
-#include "access/genam.h"
+#include "table/direct_build.h"
+
 #include "access/htup_details.h"
-#include "access/nbtree.h"
-#include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/dependency.h"
-#include "access/transam.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_proc.h"
-#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
-#include "nodes/makefuncs.h"
-#include "nodes/nodeFuncs.h"
-#include "parser/parse_coerce.h"
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 #endif
-#include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
-#include "utils/builtins.h"
 #include "utils/datum.h"
-#include "utils/guc.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/typcache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -323,6 +307,16 @@ note_updated_columns(DirectTable *dt)
 #else
 	dt->rte->updatedCols = changed;
 #endif
+
+	/*
+	 * The executor works out once per IndexInfo whether an update leaves
+	 * an index's key unchanged (the B-tree's bottom-up deletion hint), as
+	 * every update of one statement changes the same columns.  The kept
+	 * IndexInfo outlives this update and the next changes other columns:
+	 * work it out again.
+	 */
+	for (i = 0; i < dt->rri->ri_NumIndices; i++)
+		dt->rri->ri_IndexRelationInfo[i]->ii_CheckedUnchanged = false;
 }
 
 /*

@@ -23,8 +23,8 @@
 # test and the longer isolation subset VALGRIND_ISOLATION
 # (VALGRIND_ISOLATION=all: every spec).
 
-VALGRIND_ISOLATION_FAST="claim_followers inbox_cap_race outbox_stale_ack"
-VALGRIND_ISOLATION=${VALGRIND_ISOLATION:-"claim_followers claim_two_stealers claim_cooldown_claimants
+VALGRIND_ISOLATION_FAST="claim_followers claim_rebuild_under_invalidations inbox_cap_race outbox_stale_ack"
+VALGRIND_ISOLATION=${VALGRIND_ISOLATION:-"claim_followers claim_rebuild_under_invalidations claim_two_stealers claim_cooldown_claimants
 claim_in_transaction inbox_cap_race inbox_concurrent_delivery outbox_drainers
 outbox_stale_ack attempt_duplicate_open attempt_late_put"}
 
