@@ -14,6 +14,16 @@
 # The scratch directory ($WORK) is removed when the script succeeds and
 # kept, with its path printed, when it fails.
 
+# Every cluster the harness creates is UTF8 whatever the caller's locale:
+# with LANG unset (a minimal install, a CI container) initdb would make
+# SQL_ASCII clusters, which the TAP tests' PostgreSQL::Test::Cluster (it
+# passes no --locale) and pg_autoctl inherit.  LC_ALL covers what runs
+# here; PostgreSQL::Test::Utils deletes LC_ALL, so LANG covers the TAP
+# tests, and no other LC_* may override it.  tests/t/000_cluster_encoding.pl
+# fails when a cluster would not be UTF8.
+unset LANGUAGE LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME
+export LANG=C.UTF-8 LC_ALL=C.UTF-8
+
 PG_MAJOR=${PG_MAJOR:-15}
 SYSTEM_PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_BIN=$SYSTEM_PG_BIN
@@ -83,11 +93,20 @@ run_user() {
     if [ "$(id -u)" = 0 ]; then echo postgres; else id -un; fi
 }
 
-# Run a command as the run user, with the cluster's environment.
+# Run a command as the run user, with the cluster's environment.  As root,
+# from the scratch directory unless the caller is already in it (or in /):
+# the caller's directory may be one postgres cannot enter (a mktemp -d,
+# root's 0700 home), and initdb, pg_ctl, make and scan-build then fail.
 as_run_user() {
     if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" \
-            PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" HOME="$WORK" "$@"
+        (
+            case $PWD in
+                "$WORK" | "$WORK"/* | /) ;;
+                *) cd "${WORK:-/}" || exit 1 ;;
+            esac
+            exec runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" \
+                PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" HOME="$WORK" "$@"
+        )
     else
         env PATH="$PG_BIN:$PATH" "$@"
     fi

@@ -1,0 +1,144 @@
+# Sourced by tests/lib.sh: a PostgreSQL other than Debian's 15 for
+# make test PG=N (and CASSERT=1), built once and cached.
+#
+# Debian 12 ships PostgreSQL 15 only.  For another major we take Debian's
+# own packages through a private apt configuration (never the machine's
+# sources, which stay untouched):
+#   - from source, when the archive serves the source package
+#     (apt-get source postgresql-N; sid serves 18): configure, build the
+#     server, the contrib modules the suites use, pg_regress,
+#     isolationtester and the TAP modules, install into the cache;
+#   - from the binary packages otherwise (trixie's 17, experimental's 19,
+#     whose sources answer 404): dpkg -x of the server, client and
+#     server-dev packages into the cache.  A binary build cannot be
+#     assert-enabled, and Debian does not package isolationtester, so the
+#     isolation suite is skipped there.
+#
+# The cache: $PG_IDEM_CACHE, by default /var/cache/pg_idem for root and
+# ~/.cache/pg_idem for other users; one directory per version and flags
+# (postgresql-18.6, postgresql-18.6-cassert, postgresql-17.12-deb, ...).
+# A directory is used only once its build finished (the .complete file);
+# remove it to rebuild.
+
+PG_IDEM_CACHE=${PG_IDEM_CACHE:-$(if [ "$(id -u)" = 0 ]; then echo /var/cache/pg_idem; else echo "${XDG_CACHE_HOME:-$HOME/.cache}/pg_idem"; fi)}
+
+# The contrib modules the suites load (amcheck, dblink, auto_explain and the
+# usual maintenance and decoding tools a test may reach for).
+MAJOR_CONTRIB="amcheck dblink auto_explain pageinspect test_decoding pg_stat_statements
+pg_visibility pgstattuple pg_walinspect pg_buffercache postgres_fdw pg_prewarm"
+
+# Packages a source build needs on top of IDEM_PACKAGES.
+MAJOR_BUILD_PACKAGES="bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev
+dpkg-dev xz-utils bzip2"
+
+# apt-get with the private configuration in $PG_IDEM_CACHE/apt: Debian's
+# archive (the mirror the machine uses) for sid, trixie and experimental.
+major_apt() {
+    local a=$PG_IDEM_CACHE/apt mirror
+    if [ ! -f "$a/sources.list" ]; then
+        mirror=$(grep -rhE '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null |
+            grep -oE 'https?://[^ ]+/debian/?( |$)' | head -1 | tr -d ' ')
+        mirror=${mirror:-http://deb.debian.org/debian}
+        mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
+        local k=/usr/share/keyrings/debian-archive-keyring.gpg s
+        for s in sid trixie experimental; do
+            echo "deb-src [signed-by=$k] $mirror $s main"
+            echo "deb [signed-by=$k] $mirror $s main"
+        done >"$a/sources.list"
+    fi
+    apt-get -q -o Dir::Etc::sourcelist="$a/sources.list" -o Dir::Etc::sourceparts=- \
+        -o Dir::State::Lists="$a/lists" -o Dir::Cache="$a/cache" \
+        -o APT::Get::List-Cleanup=0 -o Debug::NoDropPrivs=1 "$@"
+}
+major_apt_cache() {
+    local a=$PG_IDEM_CACHE/apt
+    apt-cache -o Dir::Etc::sourcelist="$a/sources.list" -o Dir::Etc::sourceparts=- \
+        -o Dir::State::Lists="$a/lists" -o Dir::Cache="$a/cache" "$@"
+}
+
+# Refresh the private indexes at most once a day.
+major_apt_update() {
+    local stamp=$PG_IDEM_CACHE/apt/updated
+    major_apt --version >/dev/null   # writes sources.list
+    [ -n "$(find "$stamp" -mmin -1440 2>/dev/null)" ] && return 0
+    major_apt update >"$PG_IDEM_CACHE/apt/update.log" 2>&1 && touch "$stamp"
+}
+
+# Sets PG_PREFIX (the installation), PG_VERSION_FULL and PG_FROM (source or
+# deb) for major $1, building it when it is not cached; $2 = 1 for an
+# assert-enabled build.
+ensure_major() {
+    local major=$1 cassert=${2:-0} version flavour dir
+    mkdir -p "$PG_IDEM_CACHE"
+    major_apt_update || { echo "cannot update the private apt indexes (see $PG_IDEM_CACHE/apt/update.log)" >&2; return 1; }
+    version=$(major_apt_cache showsrc "postgresql-$major" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1)
+    if [ -n "$version" ] && major_source_available "$major" "$version"; then
+        PG_FROM=source
+        flavour=${version%-*}
+        [ "$cassert" = 1 ] && flavour+=-cassert
+        dir=$PG_IDEM_CACHE/postgresql-$flavour
+        [ -f "$dir/.complete" ] || build_major_from_source "$major" "$version" "$cassert" "$dir" || return 1
+    else
+        [ "$cassert" = 1 ] && { echo "PostgreSQL $major: no source package to build with --enable-cassert" >&2; return 1; }
+        version=$(major_apt_cache show "postgresql-$major" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1)
+        [ -n "$version" ] || { echo "PostgreSQL $major: neither a source nor a binary package in Debian's archive" >&2; return 1; }
+        PG_FROM=deb
+        dir=$PG_IDEM_CACHE/postgresql-${version%-*}-deb
+        [ -f "$dir/.complete" ] || unpack_major_debs "$major" "$dir" || return 1
+    fi
+    PG_PREFIX=$(cat "$dir/.complete")
+    PG_VERSION_FULL=$("$PG_PREFIX/bin/postgres" --version | sed 's/^postgres (PostgreSQL) //')
+    export PG_PREFIX PG_VERSION_FULL PG_FROM
+}
+
+# Whether the archive really serves the source (17's and 19's answer 404).
+major_source_available() {
+    local src=$PG_IDEM_CACHE/sources/$1-$2
+    [ -f "$src/.fetched" ] && return 0
+    mkdir -p "$src"
+    (cd "$src" && major_apt source --download-only "postgresql-$1=$2" >fetch.log 2>&1) &&
+        touch "$src/.fetched"
+}
+
+# configure + make + install of the fetched source into $4.
+build_major_from_source() {
+    local major=$1 version=$2 cassert=$3 dir=$4 src=$PG_IDEM_CACHE/sources/$1-$2
+    local build=$dir.build log=$dir.build.log tarball flags=() start=$SECONDS m
+    tarball=$(ls "$src"/postgresql-"$major"_*.orig.tar.* | head -1)
+    say "building PostgreSQL $version from Debian's source package into $dir (once; a few minutes)"
+    rm -rf "$build" "$dir"
+    mkdir -p "$build"
+    tar -xf "$tarball" -C "$build" --strip-components=1 || return 1
+    flags=(--prefix="$dir" --enable-tap-tests --with-openssl --with-icu --without-llvm)
+    if [ "$cassert" = 1 ]; then
+        # Assertions, plus Valgrind's client requests so that the valgrind
+        # suite sees palloc'd memory as PostgreSQL's own test runs do.
+        flags+=(--enable-cassert --enable-debug CFLAGS="-O1 -g -fno-omit-frame-pointer" CPPFLAGS="-DUSE_VALGRIND")
+    fi
+    {
+        (cd "$build" && ./configure "${flags[@]}") &&
+            make -C "$build" -j"$(nproc)" -s &&
+            make -C "$build" -s install &&
+            for m in $MAJOR_CONTRIB; do make -C "$build/contrib/$m" -j"$(nproc)" -s install || exit 1; done &&
+            make -C "$build/src/test/regress" -s install &&
+            make -C "$build/src/test/isolation" -j"$(nproc)" -s install &&
+            make -C "$build/src/test/perl" -s install
+    } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "build failed: $log" >&2; return 1; }
+    rm -rf "$build"
+    echo "$dir" >"$dir/.complete"
+    echo "   built in $((SECONDS - start)) s"
+}
+
+# The server, client and server-dev packages of major $1 unpacked into $2
+# (usr/lib/postgresql/$1 inside).
+unpack_major_debs() {
+    local major=$1 dir=$2 debs=$2.debs p
+    say "unpacking Debian's PostgreSQL $major binary packages into $dir (no source package to build)"
+    rm -rf "$dir" "$debs"
+    mkdir -p "$dir" "$debs"
+    (cd "$debs" && major_apt download "postgresql-$major" "postgresql-client-$major" \
+        "postgresql-server-dev-$major" >download.log 2>&1) || { cat "$debs/download.log" >&2; return 1; }
+    for p in "$debs"/*.deb; do dpkg -x "$p" "$dir" || return 1; done
+    rm -rf "$debs"
+    echo "$dir/usr/lib/postgresql/$major" >"$dir/.complete"
+}
