@@ -32,7 +32,8 @@ MAJOR_BUILD_PACKAGES="bison flex libreadline-dev zlib1g-dev libssl-dev libicu-de
 dpkg-dev xz-utils bzip2"
 
 # apt-get with the private configuration in $PG_IDEM_CACHE/apt: Debian's
-# archive (the mirror the machine uses) for sid, trixie and experimental.
+# archive (the mirror the machine uses) for sid, trixie, experimental and
+# bookworm (whose source of 15 makes the assert-enabled 15).
 major_apt() {
     local a=$PG_IDEM_CACHE/apt mirror
     if [ ! -f "$a/sources.list" ]; then
@@ -41,7 +42,7 @@ major_apt() {
         mirror=${mirror:-http://deb.debian.org/debian}
         mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
         local k=/usr/share/keyrings/debian-archive-keyring.gpg s
-        for s in sid trixie experimental; do
+        for s in sid trixie experimental bookworm; do
             echo "deb-src [signed-by=$k] $mirror $s main"
             echo "deb [signed-by=$k] $mirror $s main"
         done >"$a/sources.list"
@@ -141,4 +142,37 @@ unpack_major_debs() {
     for p in "$debs"/*.deb; do dpkg -x "$p" "$dir" || return 1; done
     rm -rf "$debs"
     echo "$dir/usr/lib/postgresql/$major" >"$dir/.complete"
+}
+
+# For make test PG=N / CASSERT=1: the cached build replaces Debian's 15 as
+# the installation the extension is built against and staged from.
+prepare_postgres() {
+    if [ "$PG_MAJOR" = "$DEBIAN_PG_MAJOR" ] && [ "$CASSERT" != 1 ]; then
+        PG_VERSION_FULL=$("$SYSTEM_PG_BIN/postgres" --version | sed 's/^postgres (PostgreSQL) //')
+        PG_FROM=debian
+        return 0
+    fi
+    install_missing_packages $MAJOR_BUILD_PACKAGES
+    ensure_major "$PG_MAJOR" "$CASSERT" || return 1
+    SYSTEM_PG_BIN=$PG_PREFIX/bin
+    PG_BIN=$SYSTEM_PG_BIN
+}
+
+# What the log names: "PostgreSQL 18.6 (assert-enabled build of Debian's
+# source package)".
+describe_postgres() {
+    local how
+    case $PG_FROM in
+        debian) how="Debian's package" ;;
+        source) how="build of Debian's source package, cached in $PG_IDEM_CACHE" ;;
+        deb) how="Debian's binary packages unpacked into $PG_IDEM_CACHE" ;;
+    esac
+    [ "$CASSERT" = 1 ] && how="assert-enabled $how"
+    echo "PostgreSQL $PG_VERSION_FULL ($how)"
+}
+
+# Whether the installation under test has extension $1 (PL/Proxy is
+# Debian's, for 15 only).
+postgres_has_extension() {
+    [ -f "$("$PG_BIN/pg_config" --sharedir)/extension/$1.control" ]
 }

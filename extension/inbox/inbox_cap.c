@@ -38,6 +38,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "core/hashing.h"
 #include "inbox/inbox.h"
 
@@ -94,7 +95,7 @@ idem_inbox_unlock(const uint8 *digest)
 
 	/* The tag pg_advisory_lock(bigint) uses. */
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (id >> 32), (uint32) id, 1);
-	if (LockHeldByMe(&tag, ExclusiveLock))
+	if (idem_lock_held_by_me(&tag, ExclusiveLock))
 		(void) LockRelease(&tag, ExclusiveLock, true);
 }
 

@@ -54,6 +54,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "table/direct_table.h"
 
 #include "access/genam.h"
@@ -74,9 +75,6 @@
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parse_coerce.h"
-#if PG_VERSION_NUM >= 160000
-#include "parser/parse_relation.h"
-#endif
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
@@ -362,10 +360,7 @@ prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 			continue;
 		if (att->attgenerated)
 		{
-#if PG_VERSION_NUM < 160000
-			rte->extraUpdatedCols = bms_add_member(rte->extraUpdatedCols,
-												   att->attnum - FirstLowInvalidHeapAttributeNumber);
-#endif
+			idem_note_generated_column(rte, att->attnum);
 			continue;
 		}
 		expr = build_column_default(rel, att->attnum);
@@ -409,7 +404,7 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 	dt->owner = rel->rd_rel->relowner;
 	map_columns(dt, rel);
 
-	dt->indexid = RelationGetPrimaryKeyIndex(rel);
+	dt->indexid = idem_primary_key_index(rel);
 	if (!OidIsValid(dt->indexid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -427,16 +422,7 @@ build(DirectTable *dt, Relation rel, Oid namespace)
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
 	dt->rte = rte;
-#if PG_VERSION_NUM >= 160000
-	{
-		List	   *perminfos = NIL;
-
-		(void) addRTEPermissionInfo(&perminfos, rte);
-		ExecInitRangeTable(dt->estate, list_make1(rte), perminfos);
-	}
-#else
-	ExecInitRangeTable(dt->estate, list_make1(rte));
-#endif
+	idem_init_range_table(dt->estate, rte);
 	dt->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(dt->rri, rel, 1, NULL, 0);
 	/* So that AFTER trigger firing finds it instead of making one per call. */
@@ -585,6 +571,8 @@ direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 	dt->query_started = false;
 	dt->write_locked = access != DIRECT_READ;
 	dt->snapshot = NULL;
+	/* After an error the resource owner released a registered one. */
+	dt->snapshot_registered = false;
 	dt->scan = NULL;
 	dt->guc_level = 0;
 	if (dt->pin_search_path)
@@ -611,6 +599,10 @@ direct_close(DirectTable *dt)
 		direct_scan_end(dt);
 	if (dt->query_started)
 		AfterTriggerEndQuery(estate);
+	if (dt->snapshot_registered)
+		UnregisterSnapshot(dt->snapshot);
+	dt->snapshot_registered = false;
+	dt->snapshot = NULL;
 	dt->query_started = false;
 	/* Relations an immediate trigger's firing opened (SET CONSTRAINTS). */
 	foreach(lc, estate->es_trig_target_relations)
@@ -623,11 +615,7 @@ direct_close(DirectTable *dt)
 	estate->es_trig_target_relations = NIL;
 	ExecResetTupleTable(estate->es_tupleTable, true);
 	estate->es_tupleTable = NIL;
-#if PG_VERSION_NUM >= 160000
-	getRTEPermissionInfo(estate->es_rteperminfos, dt->rte)->updatedCols = NULL;
-#else
-	dt->rte->updatedCols = NULL;
-#endif
+	idem_set_updated_cols(estate, dt->rte, NULL);
 
 	ExecClearTuple(dt->read_slot);
 	ExecClearTuple(dt->new_slot);
@@ -678,14 +666,23 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
 							   dt->pk_eq[k], keys[k]);
 	if (fresh_snapshot)
 	{
+		/*
+		 * Registered: under READ COMMITTED GetTransactionSnapshot returns
+		 * the static CurrentSnapshot, which the next call (a trigger's
+		 * query, say) overwrites, and whose xmin nothing protects.  An
+		 * assert-enabled PostgreSQL 18 traps a scan with it.
+		 */
 		CommandCounterIncrement();
-		dt->snapshot = GetTransactionSnapshot();
+		if (dt->snapshot_registered)
+			UnregisterSnapshot(dt->snapshot);
+		dt->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+		dt->snapshot_registered = true;
 	}
 	else if (dt->snapshot == NULL)
 		dt->snapshot = GetActiveSnapshot();
 	dt->estate->es_snapshot = dt->snapshot;
 
-	dt->scan = index_beginscan(dt->rel, index, dt->snapshot, nkeys, 0);
+	dt->scan = idem_index_beginscan(dt->rel, index, dt->snapshot, nkeys);
 	index_rescan(dt->scan, skey, nkeys, NULL, 0);
 }
 

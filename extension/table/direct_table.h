@@ -14,6 +14,7 @@
 #include "access/htup.h"
 #include "executor/tuptable.h"
 #include "nodes/execnodes.h"
+#include "nodes/parsenodes.h"
 #include "storage/itemptr.h"
 #include "utils/snapshot.h"
 
@@ -85,6 +86,7 @@ typedef struct DirectTable
 	bool	   *assigned;		/* new_slot's columns the caller set */
 	Relation	rel;
 	Snapshot	snapshot;
+	bool		snapshot_registered;	/* a fresh one, ours to unregister */
 	IndexScanDesc scan;
 	struct TransitionCaptureState *capture;	/* this write's, or NULL */
 	Oid			save_userid;
