@@ -88,7 +88,12 @@ ensure_major() {
         [ -f "$dir/.complete" ] || unpack_major_debs "$major" "$dir" || return 1
     fi
     PG_PREFIX=$(cat "$dir/.complete")
-    PG_VERSION_FULL=$("$PG_PREFIX/bin/postgres" --version | sed 's/^postgres (PostgreSQL) //')
+    if [ "$PG_FROM" = deb ]; then
+        PG_CONFIG_SHIM=$dir/pg_config
+        PG_VERSION_FULL=$("$PG_CONFIG_SHIM" --version | sed 's/^PostgreSQL //')
+    else
+        PG_VERSION_FULL=$("$PG_PREFIX/bin/postgres" --version | sed 's/^postgres (PostgreSQL) //')
+    fi
     export PG_PREFIX PG_VERSION_FULL PG_FROM
 }
 
@@ -141,7 +146,44 @@ unpack_major_debs() {
         "postgresql-server-dev-$major" >download.log 2>&1) || { cat "$debs/download.log" >&2; return 1; }
     for p in "$debs"/*.deb; do dpkg -x "$p" "$dir" || return 1; done
     rm -rf "$debs"
+    write_pg_config_shim "$major" "$dir"
     echo "$dir/usr/lib/postgresql/$major" >"$dir/.complete"
+}
+
+# Debian's pg_config of a newer Debian cannot run here (glibc), and PGXS
+# asks it for paths only: a script answering them for the unpacked tree.
+write_pg_config_shim() {   # MAJOR DIR
+    local major=$1 dir=$2 version
+    version=$(sed -n 's/^VERSION = //p' "$dir/usr/lib/postgresql/$major/lib/pgxs/src/Makefile.global")
+    cat >"$dir/pg_config" <<SHIM
+#!/bin/sh
+# pg_config for Debian's PostgreSQL $major unpacked into $dir (tests/majors.sh).
+for o in "\$@"; do
+    case \$o in
+        --bindir) echo "$dir/usr/lib/postgresql/$major/bin" ;;
+        --sharedir) echo "$dir/usr/share/postgresql/$major" ;;
+        --includedir | --pkgincludedir) echo "$dir/usr/include/postgresql" ;;
+        --includedir-server) echo "$dir/usr/include/postgresql/$major/server" ;;
+        --libdir) echo "$dir/usr/lib/x86_64-linux-gnu" ;;
+        --pkglibdir) echo "$dir/usr/lib/postgresql/$major/lib" ;;
+        --pgxs) echo "$dir/usr/lib/postgresql/$major/lib/pgxs/src/makefiles/pgxs.mk" ;;
+        --sysconfdir) echo "/etc/postgresql-common" ;;
+        --mandir) echo "$dir/usr/share/postgresql/$major/man" ;;
+        --docdir | --htmldir) echo "$dir/usr/share/doc/postgresql-doc-$major" ;;
+        --localedir) echo "/usr/share/locale" ;;
+        --version) echo "PostgreSQL $version" ;;
+        --configure) echo "Debian's binary packages, unpacked" ;;
+        *) echo "pg_config shim: \$o is not answered" >&2; exit 1 ;;
+    esac
+done
+SHIM
+    chmod 755 "$dir/pg_config"
+}
+
+# Whether the unpacked binaries of a newer Debian run on this machine
+# (trixie's and experimental's need a newer glibc than Debian 12's).
+major_binaries_run() {
+    "$PG_PREFIX/bin/postgres" --version >/dev/null 2>&1
 }
 
 # For make test PG=N / CASSERT=1: the cached build replaces Debian's 15 as
@@ -175,4 +217,34 @@ describe_postgres() {
 # Debian's, for 15 only).
 postgres_has_extension() {
     [ -f "$("$PG_BIN/pg_config" --sharedir)/extension/$1.control" ]
+}
+
+# The extension built with -Wall -Wextra -Werror (the static suite's
+# flags) against the headers of the installation PG_CONFIG_SHIM describes,
+# in a copy of the tree at $1; counted as one test.
+compile_against_headers() {
+    local root=$1 build=$WORK/build-$PG_MAJOR log=$WORK/build-$PG_MAJOR.log
+    say "building the extension against PostgreSQL $PG_VERSION_FULL's headers (-Wall -Wextra -Werror)"
+    mkdir -p "$build"
+    # Its pg_config.h describes a newer glibc, which has strlcpy and
+    # strlcat (2.38); Debian 12's 2.36 declares neither, so declare them
+    # (nothing is linked or run).
+    printf '#include <stddef.h>\nextern size_t strlcpy(char *, const char *, size_t);\nextern size_t strlcat(char *, const char *, size_t);\n' \
+        >"$WORK/newer_glibc.h"
+    (cd "$root" && tar --exclude=./.git --exclude=./build --exclude='*.o' --exclude='*.bc' --exclude='*.so' -cf - Makefile extension) |
+        (cd "$build" && tar -xf -)
+    # Its CFLAGS are for its own gcc (Debian 13's 14): drop the options
+    # Debian 12's gcc 12 does not know.
+    local global cflags
+    global=$(dirname "$("$PG_CONFIG_SHIM" --pgxs)")/../Makefile.global
+    # (COPT would be ignored beside CFLAGS on the command line.)
+    cflags=$(sed -n 's/^CFLAGS = //p' "$global" | sed -E 's/ -W(no-)?missing-variable-declarations//g')
+    cflags+=" -include $WORK/newer_glibc.h -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror"
+    if make -C "$build" -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG_SHIM" with_llvm=no \
+            CFLAGS="$cflags" PERMIT_MISSING_VARIABLE_DECLARATIONS= >"$log" 2>&1; then
+        count "build against PostgreSQL $PG_VERSION_FULL" 1 0
+    else
+        grep -E 'error|warning' "$log" | head -n 40
+        count "build against PostgreSQL $PG_VERSION_FULL" 0 1
+    fi
 }

@@ -20,6 +20,7 @@
 #include "nodes/execnodes.h"
 #include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
+#include "parser/analyze.h"
 #include "storage/lock.h"
 #include "utils/guc.h"
 #include "utils/relcache.h"
@@ -210,6 +211,48 @@ typedef TU_UpdateIndexes IdemUpdateIndexes;
 typedef bool IdemUpdateIndexes;
 #define idem_update_needs_indexes(u) (u)
 #define idem_update_only_summarizing(u) false
+#endif
+
+/*
+ * An updated row version.  PostgreSQL 19 added an options word
+ * (TABLE_UPDATE_NO_LOGICAL, ...); pg_idem's updates are ordinary ones.
+ */
+static inline TM_Result
+idem_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId cid,
+						Snapshot snapshot, Snapshot crosscheck, bool wait,
+						TM_FailureData *tmfd, LockTupleMode *lockmode,
+						IdemUpdateIndexes *update_indexes)
+{
+#if PG_VERSION_NUM >= 190000
+	return table_tuple_update(rel, otid, slot, cid, 0, snapshot, crosscheck, wait, tmfd,
+							  lockmode, update_indexes);
+#else
+	return table_tuple_update(rel, otid, slot, cid, snapshot, crosscheck, wait, tmfd,
+							  lockmode, update_indexes);
+#endif
+}
+
+/*
+ * The query jumble post_parse_analyze_hook receives: const from
+ * PostgreSQL 19 on.
+ */
+#if PG_VERSION_NUM >= 190000
+typedef const JumbleState IdemJumbleState;
+#else
+typedef JumbleState IdemJumbleState;
+#endif
+
+/*
+ * An intended fall-through between switch cases.  PostgreSQL 19 builds
+ * with -Wimplicit-fallthrough=5, where only the attribute counts (its
+ * pg_fallthrough), not a comment.
+ */
+#if defined(pg_fallthrough)
+#define idem_fallthrough pg_fallthrough
+#elif defined(__GNUC__) && __GNUC__ >= 7
+#define idem_fallthrough __attribute__((fallthrough))
+#else
+#define idem_fallthrough ((void) 0)
 #endif
 
 /*

@@ -358,7 +358,7 @@ calls_unlock_all(Node *node, void *context)
  * prepared before the attempt began is not checked.)
  */
 static void
-inbox_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
+inbox_post_parse_analyze(ParseState *pstate, Query *query, IdemJumbleState *jstate)
 {
 	if (prev_post_parse_analyze)
 		prev_post_parse_analyze(pstate, query, jstate);

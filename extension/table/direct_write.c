@@ -342,9 +342,9 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 	if (dt->rel->rd_att->constr)
 		ExecConstraints(rri, slot, estate);
 
-	result = table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
-								dt->snapshot, InvalidSnapshot, true, &tmfd,
-								&lockmode, &update_indexes);
+	result = idem_table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
+									 dt->snapshot, InvalidSnapshot, true, &tmfd,
+									 &lockmode, &update_indexes);
 	switch (result)
 	{
 		case TM_Ok:
