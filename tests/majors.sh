@@ -106,6 +106,47 @@ major_source_available() {
         touch "$src/.fetched"
 }
 
+# The newest upstream tarball of Debian source package $1 the archive
+# serves, checked against the SHA-256 of the Sources index, into $2;
+# prints its path.  (For PL/Proxy the archive serves the .orig.tar.gz of
+# trixie's 2.11.0 while its .dsc and sid's files answer 404, so apt-get
+# source cannot be used.)
+fetch_orig_tarball() {   # PACKAGE DIR
+    local pkg=$1 dir=$2 mirror line sum file directory
+    mirror=$(awk '/^deb-src/ {print $3; exit}' "$PG_IDEM_CACHE/apt/sources.list")
+    mkdir -p "$dir"
+    while read -r directory sum file; do
+        [ -f "$dir/$file" ] && echo "$sum  $dir/$file" | sha256sum -c --status && { echo "$dir/$file"; return 0; }
+        curl -fsS -o "$dir/$file.part" "$mirror/$directory/$file" 2>/dev/null || continue
+        if echo "$sum  $dir/$file.part" | sha256sum -c --status; then
+            mv "$dir/$file.part" "$dir/$file"
+            echo "$dir/$file"
+            return 0
+        fi
+        rm -f "$dir/$file.part"
+    done < <(major_apt_cache showsrc "$pkg" 2>/dev/null | awk '
+        /^Version:/ {v=$2} /^Directory:/ {d=$2}
+        /^Checksums-Sha256:/ {c=1; next}
+        c && /^ / { if ($3 ~ /orig\.tar/) f[v]=$1 " " $3; next } {c=0}
+        /^$/ { if (v in f) print v, d, f[v]; v=""; }
+        END { if (v in f) print v, d, f[v] }' | sort -Vr -k1,1 | cut -d' ' -f2-)
+    return 1
+}
+
+# PL/Proxy (the scaleout suite) built against the installation $1, when
+# the archive serves a source of it; the suite says it is skipped if not.
+build_plproxy() {   # PREFIX LOG
+    local prefix=$1 log=$2 tarball build=$1.plproxy
+    tarball=$(fetch_orig_tarball postgresql-plproxy "$PG_IDEM_CACHE/sources/plproxy") ||
+        { echo "   PL/Proxy: no source the archive serves (the scaleout suite will be skipped)"; return 0; }
+    rm -rf "$build" && mkdir -p "$build" && tar -xf "$tarball" -C "$build" --strip-components=1 &&
+        make -C "$build" -s PG_CONFIG="$prefix/bin/pg_config" with_llvm=no >>"$log" 2>&1 &&
+        make -C "$build" -s PG_CONFIG="$prefix/bin/pg_config" with_llvm=no install >>"$log" 2>&1 ||
+        { echo "   PL/Proxy $(basename "$tarball") did not build (see $log; the scaleout suite will be skipped)"; rm -rf "$build"; return 0; }
+    rm -rf "$build"
+    echo "   PL/Proxy built from $(basename "$tarball")"
+}
+
 # configure + make + install of the fetched source into $4.
 build_major_from_source() {
     local major=$1 version=$2 cassert=$3 dir=$4 src=$PG_IDEM_CACHE/sources/$1-$2
@@ -131,6 +172,7 @@ build_major_from_source() {
             make -C "$build/src/test/perl" -s install
     } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "build failed: $log" >&2; return 1; }
     rm -rf "$build"
+    build_plproxy "$dir" "$log"
     echo "$dir" >"$dir/.complete"
     echo "   built in $((SECONDS - start)) s"
 }
