@@ -14,18 +14,37 @@
 # The scratch directory ($WORK) is removed when the script succeeds and
 # kept, with its path printed, when it fails.
 
-PG_MAJOR=${PG_MAJOR:-15}
+# Every cluster the harness creates is UTF8 whatever the caller's locale:
+# with LANG unset (a minimal install, a CI container) initdb would make
+# SQL_ASCII clusters, which the TAP tests' PostgreSQL::Test::Cluster (it
+# passes no --locale) and pg_autoctl inherit.  LC_ALL covers what runs
+# here; PostgreSQL::Test::Utils deletes LC_ALL, so LANG covers the TAP
+# tests, and no other LC_* may override it.  tests/t/000_cluster_encoding.pl
+# fails when a cluster would not be UTF8.
+unset LANGUAGE LC_CTYPE LC_COLLATE LC_MESSAGES LC_MONETARY LC_NUMERIC LC_TIME
+export LANG=C.UTF-8 LC_ALL=C.UTF-8
+
+# The PostgreSQL under test: Debian 12's 15 by default; make test PG=18
+# (and CASSERT=1 for an assert-enabled build) uses a build of Debian's
+# source package, cached by tests/majors.sh (prepare_postgres).
+DEBIAN_PG_MAJOR=15
+PG_MAJOR=${PG:-${PG_MAJOR:-$DEBIAN_PG_MAJOR}}
+CASSERT=${CASSERT:-0}
 SYSTEM_PG_BIN=/usr/lib/postgresql/$PG_MAJOR/bin
 PG_BIN=$SYSTEM_PG_BIN
+# Set by prepare_postgres for a cached build: its installation prefix.
+PG_PREFIX=
+. "$(dirname "${BASH_SOURCE[0]}")/majors.sh"
 
-# Debian packages the build, the tests, the demo and the benchmarks need.
-IDEM_PACKAGES="make gcc g++ cmake pkg-config postgresql-$PG_MAJOR
-postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR libpq-dev libssl-dev
+# Debian packages the build, the tests, the demo and the benchmarks need
+# (Debian 12's PostgreSQL, with PL/Proxy and pg_auto_failover for it).
+IDEM_PACKAGES="make gcc g++ cmake pkg-config postgresql-$DEBIAN_PG_MAJOR
+postgresql-server-dev-$DEBIAN_PG_MAJOR postgresql-client-$DEBIAN_PG_MAJOR libpq-dev libssl-dev
 libipc-run-perl libgtest-dev nlohmann-json3-dev libcpp-httplib-dev
 python3 python3-psycopg python3-psycopg-pool python3-pytest python3-starlette
 python3-fastapi python3-flask python3-httpx python3-uvicorn
 python3-setuptools python3-wheel python3-venv python3-pip nodejs
-pgbouncer postgresql-$PG_MAJOR-plproxy postgresql-$PG_MAJOR-auto-failover
+pgbouncer postgresql-$DEBIAN_PG_MAJOR-plproxy postgresql-$DEBIAN_PG_MAJOR-auto-failover
 prometheus-postgres-exporter clang-tools valgrind"
 
 say() { printf '\n== %s\n' "$*"; }
@@ -56,19 +75,39 @@ install_missing_packages() {
 build_and_install_extension() {
     local root=$1 stage=$WORK/pg
     say "building the extension and installing it into $stage (not into the system)"
+    # Objects built for another server (make test PG=18 after make test)
+    # would link: start clean when the server changed.
+    local built_for
+    built_for="$("$SYSTEM_PG_BIN/pg_config" --version) $("$SYSTEM_PG_BIN/pg_config" --configure | md5sum | cut -c1-8)"
+    if [ "$(cat "$root/.built-for" 2>/dev/null)" != "$built_for" ]; then
+        make -C "$root" -s PG_CONFIG="$SYSTEM_PG_BIN/pg_config" clean >/dev/null 2>&1
+        echo "$built_for" >"$root/.built-for"
+    fi
     make -C "$root" -s PG_CONFIG="$SYSTEM_PG_BIN/pg_config" all
     stage_postgres "$stage"
     make -C "$root" -s PG_CONFIG="$SYSTEM_PG_BIN/pg_config" DESTDIR="$stage" install >/dev/null
-    PG_BIN=$stage/usr/lib/postgresql/$PG_MAJOR/bin
+    if [ -n "$PG_PREFIX" ]; then
+        PG_BIN=$stage$PG_PREFIX/bin
+    else
+        PG_BIN=$stage/usr/lib/postgresql/$PG_MAJOR/bin
+    fi
     export PG_BIN
 }
 
 # A private copy of the PostgreSQL installation at $1, laid out as under
 # /: binaries and libraries hard-linked (copied across file systems),
 # share copied, headers linked.  Any pg_idem file of an earlier system
-# install is left out.
+# install is left out.  A cached build (PG_PREFIX) is one directory.
 stage_postgres() {
     local stage=$1 lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR
+    if [ -n "$PG_PREFIX" ]; then
+        mkdir -p "$stage$(dirname "$PG_PREFIX")"
+        cp -al "$PG_PREFIX" "$stage$(dirname "$PG_PREFIX")/" 2>/dev/null ||
+            cp -a "$PG_PREFIX" "$stage$(dirname "$PG_PREFIX")/"
+        rm -rf "$stage$PG_PREFIX"/lib/pg_idem* "$stage$PG_PREFIX"/share/extension/pg_idem* \
+            "$stage$PG_PREFIX"/lib/bitcode/pg_idem*
+        return 0
+    fi
     mkdir -p "$stage/usr/lib/postgresql" "$stage/usr/share/postgresql"
     cp -al "$lib" "$stage/usr/lib/postgresql/" 2>/dev/null ||
         cp -a "$lib" "$stage/usr/lib/postgresql/"
@@ -83,11 +122,20 @@ run_user() {
     if [ "$(id -u)" = 0 ]; then echo postgres; else id -un; fi
 }
 
-# Run a command as the run user, with the cluster's environment.
+# Run a command as the run user, with the cluster's environment.  As root,
+# from the scratch directory unless the caller is already in it (or in /):
+# the caller's directory may be one postgres cannot enter (a mktemp -d,
+# root's 0700 home), and initdb, pg_ctl, make and scan-build then fail.
 as_run_user() {
     if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" \
-            PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" HOME="$WORK" "$@"
+        (
+            case $PWD in
+                "$WORK" | "$WORK"/* | /) ;;
+                *) cd "${WORK:-/}" || exit 1 ;;
+            esac
+            exec runuser -u postgres -- env PATH="$PG_BIN:$PATH" PGHOST="$PGHOST" PGPORT="$PGPORT" \
+                PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" HOME="$WORK" "$@"
+        )
     else
         env PATH="$PG_BIN:$PATH" "$@"
     fi

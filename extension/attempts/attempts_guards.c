@@ -280,6 +280,7 @@ idem_attempts_promotion_published(PG_FUNCTION_ARGS)
 	Datum		attempt_id = column(trigdata, trigdata->tg_newtuple, "attempt_id", &isnull);
 	bool		ok = true;
 	char	   *why = NULL;
+	MemoryContext outer = CurrentMemoryContext;
 
 	SPI_connect();
 	if (idem_execute(&check_published, namespace, &attempt_id, NULL, false, 1) == 1)
@@ -300,8 +301,14 @@ idem_attempts_promotion_published(PG_FUNCTION_ARGS)
 			if (no_event)
 				why = "it has no outbox event";
 			else if (!found)
+			{
+				/* In the caller's memory: SPI_finish frees SPI's. */
+				MemoryContext spi = MemoryContextSwitchTo(outer);
+
 				why = psprintf("its outbox event %s does not exist",
 							   SPI_getvalue(row, desc, 2));
+				MemoryContextSwitchTo(spi);
+			}
 			else if (names_null || !names)
 				why = "its outbox event does not name it in its payload's \"attempt_id\"";
 			ok = why == NULL;

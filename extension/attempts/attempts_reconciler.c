@@ -15,6 +15,7 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(idem_attempt_reconcile_batch);
 PG_FUNCTION_INFO_V1(idem_attempt_sweep_batch);

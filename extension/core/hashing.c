@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "core/arguments.h"
+#include "core/compat.h"
 #include "core/hashing.h"
 #include "common/cryptohash.h"
 #include "mb/pg_wchar.h"

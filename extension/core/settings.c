@@ -20,6 +20,7 @@
 #include <limits.h>
 
 #include "core/arguments.h"
+#include "core/compat.h"
 #include "core/settings.h"
 
 #include "catalog/pg_type.h"
@@ -118,7 +119,7 @@ check_outbox_backoff(char **newval, void **extra, GucSource source)
 
 	if (!parse_backoff(*newval, &parsed))
 		return false;
-	result = malloc(sizeof(BackoffSchedule));
+	result = idem_guc_malloc(sizeof(BackoffSchedule));
 	if (result == NULL)
 		return false;
 	*result = parsed;

@@ -18,6 +18,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "core/stats.h"
 
 #include "access/xact.h"
@@ -30,6 +31,7 @@
 #include "utils/timestamp.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(idem_stats);
 PG_FUNCTION_INFO_V1(idem_stats_reset);
@@ -124,7 +126,7 @@ stats_xact_callback(XactEvent event, void *arg)
 					shared_stats->counters[i] += pending.counters[i];
 				SpinLockRelease(&shared_stats->mutex);
 			}
-			/* FALLTHROUGH */
+			idem_fallthrough;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			memset(&pending, 0, sizeof(pending));

@@ -38,6 +38,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "core/hashing.h"
 #include "inbox/inbox.h"
 
@@ -94,7 +95,7 @@ idem_inbox_unlock(const uint8 *digest)
 
 	/* The tag pg_advisory_lock(bigint) uses. */
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (id >> 32), (uint32) id, 1);
-	if (LockHeldByMe(&tag, ExclusiveLock))
+	if (idem_lock_held_by_me(&tag, ExclusiveLock))
 		(void) LockRelease(&tag, ExclusiveLock, true);
 }
 
@@ -357,7 +358,7 @@ calls_unlock_all(Node *node, void *context)
  * prepared before the attempt began is not checked.)
  */
 static void
-inbox_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
+inbox_post_parse_analyze(ParseState *pstate, Query *query, IdemJumbleState *jstate)
 {
 	if (prev_post_parse_analyze)
 		prev_post_parse_analyze(pstate, query, jstate);

@@ -10,6 +10,7 @@
 
 #include "table/direct_table.h"
 
+#include "datatype/timestamp.h"
 #include "storage/itemptr.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"

@@ -26,6 +26,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "table/direct_build.h"
 
 #include "access/htup_details.h"
@@ -40,9 +41,6 @@
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parse_coerce.h"
-#if PG_VERSION_NUM >= 160000
-#include "parser/parse_relation.h"
-#endif
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -207,10 +205,7 @@ prepare_defaults(DirectTable *dt, Relation rel, RangeTblEntry *rte)
 			continue;
 		if (att->attgenerated)
 		{
-#if PG_VERSION_NUM < 160000
-			rte->extraUpdatedCols = bms_add_member(rte->extraUpdatedCols,
-												   att->attnum - FirstLowInvalidHeapAttributeNumber);
-#endif
+			idem_note_generated_column(rte, att->attnum);
 			continue;
 		}
 		expr = build_column_default(rel, att->attnum);
@@ -295,7 +290,7 @@ direct_build(DirectTable *dt, Relation rel, Oid namespace)
 	dt->desc = CreateTupleDescCopyConstr(RelationGetDescr(rel));
 	map_columns(dt, dt->desc);
 
-	dt->indexid = RelationGetPrimaryKeyIndex(rel);
+	dt->indexid = idem_primary_key_index(rel);
 	if (!OidIsValid(dt->indexid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -311,16 +306,7 @@ direct_build(DirectTable *dt, Relation rel, Oid namespace)
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
 	dt->rte = rte;
-#if PG_VERSION_NUM >= 160000
-	{
-		List	   *perminfos = NIL;
-
-		(void) addRTEPermissionInfo(&perminfos, rte);
-		ExecInitRangeTable(dt->estate, list_make1(rte), perminfos);
-	}
-#else
-	ExecInitRangeTable(dt->estate, list_make1(rte));
-#endif
+	idem_init_range_table(dt->estate, rte);
 	dt->rri = makeNode(ResultRelInfo);
 	/* Copies the trigger descriptor, before any lookup can free the relation's. */
 	InitResultRelInfo(dt->rri, rel, 1, NULL, 0);

@@ -70,6 +70,7 @@ struct DirectTable
 	bool	   *assigned;		/* new_slot's columns the caller set */
 	Relation	rel;
 	Snapshot	snapshot;
+	bool		snapshot_registered;	/* a fresh one, ours to unregister */
 	IndexScanDesc scan;
 	struct TransitionCaptureState *capture;	/* this write's, or NULL */
 	Oid			save_userid;

@@ -54,6 +54,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "table/direct_table.h"
 
 #include "table/direct_build.h"
@@ -69,9 +70,6 @@
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
-#if PG_VERSION_NUM >= 160000
-#include "parser/parse_relation.h"
-#endif
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -335,6 +333,8 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 	dt->query_started = false;
 	dt->write_locked = access != DIRECT_READ;
 	dt->snapshot = NULL;
+	/* After an error the resource owner released a registered one. */
+	dt->snapshot_registered = false;
 	dt->scan = NULL;
 	dt->guc_level = 0;
 	if (dt->pin_search_path)
@@ -361,6 +361,10 @@ direct_close(DirectTable *dt)
 		direct_scan_end(dt);
 	if (dt->query_started)
 		AfterTriggerEndQuery(estate);
+	if (dt->snapshot_registered)
+		UnregisterSnapshot(dt->snapshot);
+	dt->snapshot_registered = false;
+	dt->snapshot = NULL;
 	dt->query_started = false;
 	/* Relations an immediate trigger's firing opened (SET CONSTRAINTS). */
 	foreach(lc, estate->es_trig_target_relations)
@@ -373,11 +377,7 @@ direct_close(DirectTable *dt)
 	estate->es_trig_target_relations = NIL;
 	ExecResetTupleTable(estate->es_tupleTable, true);
 	estate->es_tupleTable = NIL;
-#if PG_VERSION_NUM >= 160000
-	getRTEPermissionInfo(estate->es_rteperminfos, dt->rte)->updatedCols = NULL;
-#else
-	dt->rte->updatedCols = NULL;
-#endif
+	idem_set_updated_cols(estate, dt->rte, NULL);
 
 	ExecClearTuple(dt->read_slot);
 	ExecClearTuple(dt->new_slot);
@@ -457,14 +457,23 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
 							   dt->pk_eq[k], keys[k]);
 	if (fresh_snapshot)
 	{
+		/*
+		 * Registered: under READ COMMITTED GetTransactionSnapshot returns
+		 * the static CurrentSnapshot, which the next call (a trigger's
+		 * query, say) overwrites, and whose xmin nothing protects.  An
+		 * assert-enabled PostgreSQL 18 traps a scan with it.
+		 */
 		CommandCounterIncrement();
-		dt->snapshot = GetTransactionSnapshot();
+		if (dt->snapshot_registered)
+			UnregisterSnapshot(dt->snapshot);
+		dt->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+		dt->snapshot_registered = true;
 	}
 	else if (dt->snapshot == NULL)
 		dt->snapshot = GetActiveSnapshot();
 	dt->estate->es_snapshot = dt->snapshot;
 
-	dt->scan = index_beginscan(dt->rel, index, dt->snapshot, nkeys, 0);
+	dt->scan = idem_index_beginscan(dt->rel, index, dt->snapshot, nkeys);
 	index_rescan(dt->scan, skey, nkeys, NULL, 0);
 }
 

@@ -18,6 +18,7 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
 #include "table/direct_table.h"
 
 #include "table/direct_build.h"
@@ -29,9 +30,6 @@
 #include "executor/executor.h"
 #include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
-#if PG_VERSION_NUM >= 160000
-#include "parser/parse_relation.h"
-#endif
 #include "storage/lmgr.h"
 #include "utils/datum.h"
 #include "utils/rel.h"
@@ -109,11 +107,7 @@ start_write(DirectTable *dt, const char *command, CmdType operation)
 			return false;
 	}
 	/* What the executor checks of a result relation: replica identity, say. */
-#if PG_VERSION_NUM >= 170000
-	CheckValidResultRel(dt->rri, operation, NIL);
-#else
-	CheckValidResultRel(dt->rri, operation);
-#endif
+	idem_check_valid_result_rel(dt->rri, operation);
 	/* An insert that read nothing first: the statement's snapshot. */
 	if (dt->snapshot == NULL)
 	{
@@ -181,11 +175,7 @@ insert_plain(DirectTable *dt, ItemPointer tid)
 	List	   *recheck;
 
 	table_tuple_insert(dt->rel, slot, estate->es_output_cid, 0, NULL);
-#if PG_VERSION_NUM >= 160000
-	recheck = ExecInsertIndexTuples(dt->rri, slot, estate, false, false, NULL, NIL, false);
-#else
-	recheck = ExecInsertIndexTuples(dt->rri, slot, estate, false, false, NULL, NIL);
-#endif
+	recheck = idem_insert_index_tuples(dt->rri, slot, estate, false, false, NULL, NIL, false);
 	ExecARInsertTriggers(estate, dt->rri, slot, recheck, dt->capture);
 	list_free(recheck);
 	*tid = slot->tts_tid;
@@ -207,20 +197,15 @@ insert_speculative(DirectTable *dt, ItemPointer tid)
 		bool		spec_conflict = false;
 		List	   *recheck;
 
-		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, dt->arbiters))
+		if (!idem_check_index_constraints(rri, slot, estate, &conflict, dt->arbiters))
 		{
 			check_conflict_visible(dt, &conflict);
 			return DIRECT_CHANGED;
 		}
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(dt->rel, slot, estate->es_output_cid, 0, NULL, token);
-#if PG_VERSION_NUM >= 160000
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true,
-										&spec_conflict, dt->arbiters, false);
-#else
-		recheck = ExecInsertIndexTuples(rri, slot, estate, false, true,
-										&spec_conflict, dt->arbiters);
-#endif
+		recheck = idem_insert_index_tuples(rri, slot, estate, false, true,
+										   &spec_conflict, dt->arbiters, false);
 		table_tuple_complete_speculative(dt->rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (!spec_conflict)
@@ -302,11 +287,7 @@ note_updated_columns(DirectTable *dt)
 			 !datumIsEqual(slot->tts_values[i], dt->old_values[i], att->attbyval, att->attlen)))
 			changed = bms_add_member(changed, att->attnum - FirstLowInvalidHeapAttributeNumber);
 	}
-#if PG_VERSION_NUM >= 160000
-	getRTEPermissionInfo(dt->estate->es_rteperminfos, dt->rte)->updatedCols = changed;
-#else
-	dt->rte->updatedCols = changed;
-#endif
+	idem_set_updated_cols(dt->estate, dt->rte, changed);
 
 	/*
 	 * The executor works out once per IndexInfo whether an update leaves
@@ -335,11 +316,7 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 	LockTupleMode lockmode;
 	TM_Result	result;
 	List	   *recheck = NIL;
-#if PG_VERSION_NUM >= 160000
-	TU_UpdateIndexes update_indexes;
-#else
-	bool		update_indexes;
-#endif
+	IdemUpdateIndexes update_indexes;
 
 	if (rri->ri_TrigDesc && rri->ri_TrigDesc->trig_update_before_row)
 		ereport(ERROR,
@@ -359,9 +336,9 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 	if (dt->rel->rd_att->constr)
 		ExecConstraints(rri, slot, estate);
 
-	result = table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
-								dt->snapshot, InvalidSnapshot, true, &tmfd,
-								&lockmode, &update_indexes);
+	result = idem_table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
+									 dt->snapshot, InvalidSnapshot, true, &tmfd,
+									 &lockmode, &update_indexes);
 	switch (result)
 	{
 		case TM_Ok:
@@ -386,14 +363,9 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 			break;
 	}
 
-#if PG_VERSION_NUM >= 160000
-	if (rri->ri_NumIndices > 0 && update_indexes != TU_None)
-		recheck = ExecInsertIndexTuples(rri, slot, estate, true, false, NULL, NIL,
-										update_indexes == TU_Summarizing);
-#else
-	if (rri->ri_NumIndices > 0 && update_indexes)
-		recheck = ExecInsertIndexTuples(rri, slot, estate, true, false, NULL, NIL);
-#endif
+	if (rri->ri_NumIndices > 0 && idem_update_needs_indexes(update_indexes))
+		recheck = idem_insert_index_tuples(rri, slot, estate, true, false, NULL, NIL,
+										   idem_update_only_summarizing(update_indexes));
 	ExecARUpdateTriggers(estate, rri, NULL, NULL, old_tid, NULL, slot, recheck,
 						 dt->capture, false);
 	list_free(recheck);

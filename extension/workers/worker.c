@@ -165,8 +165,13 @@ run_batch(const CleanupJob *job)
 	return deleted;
 }
 
-/* One job in batches until one comes back short (bounded); false if absent. */
-static bool
+/*
+ * One job in batches until one comes back short (bounded); false if absent.
+ * Not inlined: inlined into the PG_TRY of idem_cleanup_worker_main, its
+ * locals would look clobbered by the longjmp to gcc -Wextra at -O1 (an
+ * assert-enabled build), although none is read after one.
+ */
+static pg_noinline bool
 run_job(const CleanupJob *job)
 {
 	int			i;

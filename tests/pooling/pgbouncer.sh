@@ -86,7 +86,9 @@ as_run_user_via_pgbouncer() {
     local env_args=(PATH="$shims:$PG_BIN:$PATH" PGHOST=127.0.0.1 PGPORT="$PGBOUNCER_PORT"
                     PGUSER="$PGUSER" PGDATABASE="$PGDATABASE" HOME="$WORK")
     if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- env "${env_args[@]}" "$@"
+        # From the scratch directory: the caller's may be one postgres
+        # cannot enter (see as_run_user in tests/lib.sh).
+        (cd "$WORK" && exec runuser -u postgres -- env "${env_args[@]}" "$@")
     else
         env "${env_args[@]}" "$@"
     fi

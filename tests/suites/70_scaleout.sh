@@ -43,6 +43,10 @@ scaleout_client_binary() {
 }
 
 suite_scaleout() {
+    if ! postgres_has_extension plproxy; then
+        skip_suite scaleout "PL/Proxy is not built for PostgreSQL $PG_MAJOR (Debian packages it for $DEBIAN_PG_MAJOR here)"
+        return
+    fi
     run_prove_suite scaleout 'tests/scaleout/t/*.pl' \
         IDEM_PARTITION_TESTS="$(scaleout_client_binary)"
 }

@@ -158,16 +158,26 @@ def test_past_the_wait_budget_409_with_retry_after(dsn):
     slow = Runner(dsn)
     impatient = Runner(dsn, Config(follower_wait_budget=0.3))
     seed = Runner(dsn, Config(follower_wait_budget=0.2, profile="seed"))
-    t = threading.Thread(target=slow.run, args=(req(k), lambda c: (time.sleep(1.2), Response(201, [], b"x"))[1]))
+    # The slow winner holds the key until both followers have answered, so
+    # their waits end with their budgets, not with the winner (no upper
+    # bound on the time, which a busy machine would break).
+    holding, release = threading.Event(), threading.Event()
+    def held(c):
+        holding.set()
+        release.wait(120)
+        return Response(201, [], b"x")
+    t = threading.Thread(target=slow.run, args=(req(k), held))
     t.start()
-    time.sleep(0.2)
+    assert holding.wait(120), "the winner never ran its handler"
     started = time.monotonic()
     r = impatient.run(req(k), ok())
     waited = time.monotonic() - started
     s = seed.run(req(k), ok())
+    winner_still_running = t.is_alive()
+    release.set()
     t.join()
     assert r.response.status == 409 and r.response.header("Retry-After") == "1" and r.outcome == "timeout"
-    assert 0.25 <= waited < 1.0
+    assert winner_still_running and waited >= 0.25
     assert s.response.status == 503
 
 

@@ -76,13 +76,22 @@ sub logged
 	return scalar grep { /^$what / } split /\n/, slurp_file($log);
 }
 
-# Wait until the storm is well under way, then crash the primary mid-storm.
-for (1 .. 300)
+# Wait for a count under a generous deadline, never "at least N within a
+# fixed time": on a busy 2-core CI machine the storm may be slow to start.
+sub wait_for_logged
 {
-	last if logged('finalized') >= 100;
-	usleep(100_000);
+	my ($what, $count) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (logged($what) < $count)
+	{
+		return 0 if time() > $deadline;
+		usleep(100_000);
+	}
+	return 1;
 }
-ok(logged('finalized') >= 100, 'the storm finalized at least 100 keys on the old primary');
+
+# Wait until the storm is well under way, then crash the primary mid-storm.
+ok(wait_for_logged('finalized', 100), 'the storm finalized 100 keys on the old primary');
 $primary->stop('immediate');
 my $before = logged('finalized');
 $standby->promote;
@@ -90,12 +99,7 @@ ok(1, 'the standby is promoted');
 my $new = $standby;
 
 # Let the clients reconnect and carry on against the new primary.
-for (1 .. 300)
-{
-	last if logged('finalized') >= $before + 50;
-	usleep(100_000);
-}
-ok(logged('finalized') >= $before + 50, 'the clients reconnected and carry on against the new primary');
+ok(wait_for_logged('finalized', $before + 50), 'the clients reconnected and carry on against the new primary');
 append_to_file($stop, 'stop');
 ok($storm->finish, 'every client ended cleanly') or diag(slurp_file("$dir/storm.err"));
 

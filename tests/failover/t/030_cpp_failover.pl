@@ -47,13 +47,25 @@ sub answered
 	return scalar(() = slurp_file($log) =~ /^answered /mg);
 }
 
-for (1 .. 300) { last if answered() >= 100; usleep(100_000); }
-ok(answered() >= 100, 'the C++ clients got 100 answers from the old primary');
+# Wait for a count under a generous deadline, never "at least N within a
+# fixed time" (a busy CI machine).
+sub wait_for_answered
+{
+	my ($count) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (answered() < $count)
+	{
+		return 0 if time() > $deadline;
+		usleep(100_000);
+	}
+	return 1;
+}
+
+ok(wait_for_answered(100), 'the C++ clients got 100 answers from the old primary');
 $primary->stop('immediate');
 my $before = answered();
 $standby->promote;
-for (1 .. 300) { last if answered() >= $before + 50; usleep(100_000); }
-ok(answered() >= $before + 50, 'and carry on against the promoted standby');
+ok(wait_for_answered($before + 50), 'and carry on against the promoted standby');
 append_to_file($stop, 'stop');
 ok($storm->finish, 'every client thread ended') or diag(slurp_file("$dir/err"));
 
