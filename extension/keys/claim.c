@@ -144,9 +144,31 @@ new_claim_id(void)
 static int64
 generation_base(void)
 {
-	TimeLineID	tli = GetWALInsertionTimeLine();
+	TimeLineID	tli;
+
+	/*
+	 * The insertion timeline is undefined during recovery (and asserted
+	 * against); next_generation's nextval refuses a standby first.
+	 */
+	if (RecoveryInProgress())
+		elog(ERROR, "pg_idem cannot hand out a generation during recovery");
+	tli = GetWALInsertionTimeLine();
 
 	return tli > 1 ? ((int64) (tli - 1)) << 40 : 0;
+}
+
+/*
+ * The generation of a new owner.  The sequence value is drawn first, in a
+ * statement of its own: on a standby (or in any read-only transaction)
+ * nextval refuses with 25006, and only then may generation_base() read the
+ * WAL insertion timeline, which is not defined during recovery.
+ */
+static int64
+next_generation(KeyTable *table)
+{
+	int64		sequence_value = key_table_next_generation(table);
+
+	return sequence_value + generation_base();
 }
 
 /*
@@ -167,7 +189,7 @@ own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)
 	row->state = KEY_PENDING;
 	row->request_hash = req->request_hash;
 	row->claim_id = req->claim_id;
-	row->generation = key_table_next_generation(table) + generation_base();
+	row->generation = next_generation(table);
 	row->has_lease = true;
 	row->lease_expires_at = idem_time_plus(now, req->lease);
 	row->created_at = now;
