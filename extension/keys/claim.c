@@ -41,6 +41,7 @@
 
 #include "core/arguments.h"
 #include "core/scope.h"
+#include "core/sequences.h"
 #include "core/settings.h"
 #include "core/statements.h"
 #include "core/stats.h"
@@ -158,17 +159,28 @@ generation_base(void)
 }
 
 /*
- * The generation of a new owner.  The sequence value is drawn first, in a
- * statement of its own: on a standby (or in any read-only transaction)
- * nextval refuses with 25006, and only then may generation_base() read the
- * WAL insertion timeline, which is not defined during recovery.
+ * The generation of a new owner of row (a new key's row has generation 0).
+ * The sequence value is drawn first, in a statement of its own: on a
+ * standby (or in any read-only transaction) nextval refuses with 25006,
+ * and only then may generation_base() read the WAL insertion timeline,
+ * which is not defined during recovery.
+ *
+ * After a logical-replication cut-over the sequence starts below the
+ * replicated generations (core/sequences.c): while it is young, or when
+ * the row taken over is not below the value drawn, the sequence is caught
+ * up and the value drawn again.  A take-over's generation is above the
+ * row's in any case, so the new owner passes every fence the old one set.
  */
 static int64
-next_generation(KeyTable *table)
+next_generation(KeyTable *table, const KeyRow *row)
 {
 	int64		sequence_value = key_table_next_generation(table);
+	int64		generation = sequence_value + generation_base();
 
-	return sequence_value + generation_base();
+	if ((sequence_value <= IDEM_YOUNG_SEQUENCE || generation <= row->generation) &&
+		idem_generations_catch_up(table->namespace, generation))
+		generation = key_table_next_generation(table) + generation_base();
+	return Max(generation, row->generation + 1);
 }
 
 /*
@@ -189,7 +201,7 @@ own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)
 	row->state = KEY_PENDING;
 	row->request_hash = req->request_hash;
 	row->claim_id = req->claim_id;
-	row->generation = next_generation(table);
+	row->generation = next_generation(table, row);
 	row->has_lease = true;
 	row->lease_expires_at = idem_time_plus(now, req->lease);
 	row->created_at = now;
