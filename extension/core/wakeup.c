@@ -41,6 +41,7 @@
 #include "postgres.h"
 
 #include "core/wakeup.h"
+#include "core/preload.h"
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "utils/snapmgr.h"
@@ -199,6 +200,8 @@ idem_wake_prepare(IdemWaiter *waiter, uint32 channel)
 	waiter->poll_ms = 1;
 	if (wake_shared != NULL)
 		ConditionVariablePrepareToSleep(&wake_shared->cv[channel % IDEM_WAKE_PARTITIONS]);
+	else
+		idem_warn_without_preload();	/* the wait will poll */
 }
 
 /*
