@@ -22,8 +22,8 @@
  *	  IDEM_YOUNG_SEQUENCE values: a new cluster or a new install, which is
  *	  what a cut-over's new writer is) and whenever a take-over finds a row
  *	  whose generation is not below the value drawn (proof that the sequence
- *	  is behind).  The check reads max(generation) of idem_keys, a scan, so
- *	  it is not made on every claim; a take-over's generation is moreover
+ *	  is behind).  The check reads the highest generation of idem_keys, a
+ *	  scan, so it is not made on every claim; a take-over's generation is moreover
  *	  always above the row's, whatever the sequence says.
  *  - outbox ids: both tables have their id as primary key, so max(id) is
  *	  two index probes; each backend checks before its first stage, and
@@ -46,20 +46,22 @@
 #include "core/sequences.h"
 #include "core/statements.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
 #include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 /* How far past what it must exceed a sequence is advanced (see above). */
 #define IDEM_SEQUENCE_HEADROOM	INT64CONST(1000000)
-
-static IdemStatement max_generation = {
-	"SELECT pg_catalog.max(generation) FROM @extschema@.idem_keys", 0, {InvalidOid}
-};
 
 static IdemStatement max_outbox_id = {
 	"SELECT pg_catalog.max(id) FROM (SELECT pg_catalog.max(id) AS id FROM @extschema@.idem_outbox_queue"
@@ -90,6 +92,43 @@ sequence_position(Oid sequence)
 	fcinfo->args[0].isnull = false;
 	result = pg_sequence_last_value(fcinfo);
 	return fcinfo->isnull ? 0 : DatumGetInt64(result);
+}
+
+/*
+ * The highest generation of any row version of idem_keys, dead or alive
+ * (SnapshotAny: a higher bound is as good, and a scan with a non-MVCC
+ * snapshot takes no predicate lock, so a SERIALIZABLE claim that checks
+ * does not conflict with every other one).  A scan of the whole table;
+ * see the file header for when it is made.
+ */
+static int64
+highest_generation(Oid namespace)
+{
+	Oid			relid = get_relname_relid("idem_keys", namespace);
+	Relation	rel;
+	AttrNumber	attnum;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	int64		highest = 0;
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "pg_idem table idem_keys is missing");
+	rel = table_open(relid, AccessShareLock);
+	attnum = get_attnum(relid, "generation");
+	if (attnum == InvalidAttrNumber)
+		elog(ERROR, "pg_idem table idem_keys has no generation column");
+	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		bool		isnull;
+		Datum		value = heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
+
+		if (!isnull && DatumGetInt64(value) > highest)
+			highest = DatumGetInt64(value);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return highest;
 }
 
 /* The one bigint a statement of this file answers (0 for NULL). */
@@ -150,7 +189,7 @@ schema_sequence(Oid namespace, const char *name)
 bool
 idem_generations_catch_up(Oid namespace, int64 generation)
 {
-	int64		highest = single_value(&max_generation, namespace);
+	int64		highest = highest_generation(namespace);
 
 	if (highest < generation)
 		return false;

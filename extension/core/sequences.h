@@ -19,7 +19,7 @@
 /*
  * Is a generation just drawn not above every generation idem_keys holds?
  * Then the sequence is advanced past them and true returned: draw again.
- * Reads max(generation) of idem_keys; call it only when there is reason
+ * Scans idem_keys (every row version); call it only when there is reason
  * to (a young sequence, a take-over of a row not below the value drawn).
  * Runs as the tables' owner (inside the direct table access).
  */
