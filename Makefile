@@ -55,10 +55,11 @@ endef
 $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/install/*.sql))
 	$(assemble)
 
-# Two install pieces run in every upgrade too: the writable-schema warning
-# (install/00_schema_check.sql) first, and the privileges loop (90_privileges.sql)
-# last, which locks down functions the upgrade created.
-$(UPGRADE): extension/install/00_schema_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/install/90_privileges.sql
+# Three install pieces run in every upgrade too: the writable-schema warning
+# (install/00_schema_check.sql) and the preload notice (05_preload_check.sql)
+# first, and the privileges loop (90_privileges.sql) last, which locks down
+# functions the upgrade created.
+$(UPGRADE): extension/install/00_schema_check.sql extension/install/05_preload_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/install/90_privileges.sql
 	$(assemble)
 
 $(OBJS): $(wildcard extension/*/*.h)

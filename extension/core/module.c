@@ -12,6 +12,7 @@
  */
 #include "postgres.h"
 
+#include "core/preload.h"
 #include "core/settings.h"
 #include "core/stats.h"
 #include "core/wakeup.h"
@@ -27,6 +28,7 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	idem_preload_init();
 	idem_settings_init();
 	idem_stats_init();
 	idem_wakeup_init();

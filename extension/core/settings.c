@@ -55,6 +55,7 @@ static char *outbox_backoff_string = NULL;
 /* The cleanup worker */
 bool		idem_cleanup_worker = true;
 int			idem_cleanup_interval_s = 60;
+int			idem_cleanup_database_timeout_s = 60;
 char	   *idem_database = NULL;
 int			idem_cleanup_batch = 1000;
 int			idem_outbox_retention_s = 7 * 24 * 60 * 60;
@@ -397,6 +398,11 @@ define_worker_settings(void)
 							"Time between two cleanup passes (1s .. 1d).",
 							NULL,
 							&idem_cleanup_interval_s, 60, 1, 24 * 60 * 60,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("idem.cleanup_database_timeout",
+							"Longest time a cleanup pass spends in one database before it is skipped until the next pass (1s .. 1d).",
+							"A worker that waits longer (a lock held by an open transaction, for example) is stopped with a WARNING naming the database and what it waits for.",
+							&idem_cleanup_database_timeout_s, 60, 1, 24 * 60 * 60,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("idem.cleanup_batch",
 							"Rows the cleanup worker deletes per transaction (1 .. 1000000).",

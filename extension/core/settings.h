@@ -41,6 +41,7 @@ extern ArrayType *idem_outbox_backoff_array(void);
 /* The cleanup worker */
 extern bool idem_cleanup_worker;
 extern int	idem_cleanup_interval_s;
+extern int	idem_cleanup_database_timeout_s;
 extern char *idem_database;
 extern int	idem_cleanup_batch;
 extern int	idem_outbox_retention_s;

@@ -23,12 +23,17 @@
  * Without shared_preload_libraries there is no shared memory: a waiter
  * polls on its latch instead, 1 ms doubling to IDEM_WAKE_POLL_MAX_MS.
  *
- * A sleeper holds no snapshot back: its own re-reads take fresh
- * snapshots, and when the statement around the call reads no table (the
- * usual SELECT * FROM idem_claim(...), outside a transaction block) the
- * statement's snapshot is no longer needed either, so the backend's xmin
- * is cleared while it sleeps (as SnapshotResetXmin would at the end of
- * the statement) and VACUUM is not held back by a hundred waiters.
+ * A sleeper keeps its statement's snapshot, and with it the xmin horizon
+ * that snapshot holds back: the statement around the call may read with
+ * that snapshot after the wait returns (a function later in the same
+ * target list, another portal of the implicit transaction, a cursor), and
+ * nothing a C function can see from inside the statement proves it will
+ * not, so clearing the backend's xmin would let VACUUM remove rows the
+ * statement must still see (issue 24, item 7).  The horizon is held for
+ * at most the wait (idem.max_wait, the caller's timeout).  The sleeper's
+ * own re-reads take fresh snapshots that are released before each sleep,
+ * and the catalog snapshot is dropped, so the wait holds back no more
+ * than the statement already did.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,12 +41,11 @@
 #include "postgres.h"
 
 #include "core/wakeup.h"
+#include "core/preload.h"
 #include "access/xact.h"
 #include "miscadmin.h"
-#include "nodes/plannodes.h"
-#include "storage/proc.h"
-#include "tcop/pquery.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -196,44 +200,8 @@ idem_wake_prepare(IdemWaiter *waiter, uint32 channel)
 	waiter->poll_ms = 1;
 	if (wake_shared != NULL)
 		ConditionVariablePrepareToSleep(&wake_shared->cv[channel % IDEM_WAKE_PARTITIONS]);
-}
-
-/*
- * May the statement's snapshot stop holding back the xmin horizon while
- * we sleep?  Only when nothing will read with it again: a single SELECT
- * outside a transaction block whose range table has no relation (no
- * cursor, no other portal of the transaction, no table read after our
- * call returns).
- */
-static bool
-statement_reads_nothing(void)
-{
-	PlannedStmt *stmt;
-	ListCell   *lc;
-
-	if (IsTransactionBlock() || ActivePortal == NULL ||
-		list_length(ActivePortal->stmts) != 1)
-		return false;
-	stmt = linitial_node(PlannedStmt, ActivePortal->stmts);
-	if (stmt->commandType != CMD_SELECT || stmt->utilityStmt != NULL)
-		return false;
-	foreach(lc, stmt->rtable)
-	{
-		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
-
-		if (rte->rtekind == RTE_RELATION)
-			return false;
-	}
-	return true;
-}
-
-/* Clear this backend's xmin for a sleep when nothing needs it (see above). */
-static void
-release_xmin(void)
-{
-	InvalidateCatalogSnapshot();
-	if (statement_reads_nothing())
-		MyProc->xmin = InvalidTransactionId;
+	else
+		idem_warn_without_preload();	/* the wait will poll */
 }
 
 /*
@@ -253,7 +221,8 @@ idem_wake_sleep(IdemWaiter *waiter, TimestampTz until)
 	ms = until > now ? (long) ((until - now + 999) / 1000) : 0;
 	if (ms <= 0)
 		return false;
-	release_xmin();
+	/* Only the catalog snapshot: the statement's one stays (see above). */
+	InvalidateCatalogSnapshot();
 	if (wake_shared != NULL)
 		return !ConditionVariableTimedSleep(&wake_shared->cv[waiter->channel % IDEM_WAKE_PARTITIONS],
 											Min(ms, IDEM_WAKE_MAX_SLEEP_MS),

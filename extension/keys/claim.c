@@ -42,6 +42,7 @@
 
 #include "core/arguments.h"
 #include "core/scope.h"
+#include "core/sequences.h"
 #include "core/settings.h"
 #include "core/statements.h"
 #include "core/stats.h"
@@ -145,9 +146,42 @@ new_claim_id(void)
 static int64
 generation_base(void)
 {
-	TimeLineID	tli = GetWALInsertionTimeLine();
+	TimeLineID	tli;
+
+	/*
+	 * The insertion timeline is undefined during recovery (and asserted
+	 * against); next_generation's nextval refuses a standby first.
+	 */
+	if (RecoveryInProgress())
+		elog(ERROR, "pg_idem cannot hand out a generation during recovery");
+	tli = GetWALInsertionTimeLine();
 
 	return tli > 1 ? ((int64) (tli - 1)) << 40 : 0;
+}
+
+/*
+ * The generation of a new owner of row (a new key's row has generation 0).
+ * The sequence value is drawn first, in a statement of its own: on a
+ * standby (or in any read-only transaction) nextval refuses with 25006,
+ * and only then may generation_base() read the WAL insertion timeline,
+ * which is not defined during recovery.
+ *
+ * After a logical-replication cut-over the sequence starts below the
+ * replicated generations (core/sequences.c): while it is young, or when
+ * the row taken over is not below the value drawn, the sequence is caught
+ * up and the value drawn again.  A take-over's generation is above the
+ * row's in any case, so the new owner passes every fence the old one set.
+ */
+static int64
+next_generation(KeyTable *table, const KeyRow *row)
+{
+	int64		sequence_value = key_table_next_generation(table);
+	int64		generation = sequence_value + generation_base();
+
+	if ((sequence_value <= IDEM_YOUNG_SEQUENCE || generation <= row->generation) &&
+		idem_generations_catch_up(table->namespace, generation))
+		generation = key_table_next_generation(table) + generation_base();
+	return Max(generation, row->generation + 1);
 }
 
 /*
@@ -168,7 +202,7 @@ own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)
 	row->state = KEY_PENDING;
 	row->request_hash = req->request_hash;
 	row->claim_id = req->claim_id;
-	row->generation = key_table_next_generation(table) + generation_base();
+	row->generation = next_generation(table, row);
 	row->has_lease = true;
 	row->lease_expires_at = idem_time_plus(now, req->lease);
 	row->created_at = now;

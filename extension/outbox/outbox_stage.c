@@ -23,6 +23,7 @@
 #include "core/arguments.h"
 #include "core/hashing.h"
 #include "core/scope.h"
+#include "core/sequences.h"
 #include "core/statements.h"
 #include "core/stats.h"
 #include "core/wakeup.h"
@@ -217,6 +218,7 @@ insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 		(void) check_non_negative(delay, "delay");
 
 	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	idem_outbox_ids_catch_up(namespace);
 	id = stage_row(queue, topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
 				   headers, delay, scope);
 	direct_close(queue);
@@ -394,6 +396,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 
 	/* In array order: ids follow the arrays, and so does per-key order. */
 	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	idem_outbox_ids_catch_up(namespace);
 	for (i = 0; i < npayloads; i++)
 	{
 		bool		has_key = nkeys >= 0 && !key_nulls[i];

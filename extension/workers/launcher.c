@@ -22,6 +22,16 @@
  * pass holds one connection, in one database, for the few milliseconds it
  * runs; a database without pg_idem costs one connection per interval.
  *
+ * No database stalls the others: the launcher waits for a worker at most
+ * idem.cleanup_database_timeout.  A worker still running then is waiting
+ * for something (a connection blocked by a transaction that holds the
+ * database's lock, such as an uncommitted ALTER DATABASE ... RENAME; a
+ * cleanup blocked by a lock on a pg_idem table), so it is stopped, a
+ * WARNING names the database and what its worker waits for (the lock and
+ * the processes that hold it), and the pass goes on with the next
+ * database.  The skipped database is served again at the next pass; what
+ * its worker had committed stays (every batch is its own transaction).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -35,6 +45,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "lib/stringinfo.h"
 #include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -42,6 +53,10 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -49,6 +64,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
+#include "utils/wait_event.h"
 
 PGDLLEXPORT void idem_launcher_main(Datum main_arg);
 
@@ -142,8 +158,123 @@ list_databases(void)
 }
 
 /*
- * Run one cleanup worker in a database and wait for it to exit.  False
- * when no background worker slot is free (max_worker_processes).
+ * What process pid waits for, appended to buf: its wait event and, for a
+ * heavyweight lock, the lock and the processes that hold it.
+ */
+static void
+describe_wait(StringInfo buf, const LauncherDatabase *db, int pid)
+{
+	PGPROC	   *proc = pid != 0 ? BackendPidGetProc(pid) : NULL;
+	uint32		wait_event_info = proc != NULL ? *((volatile uint32 *) &proc->wait_event_info) : 0;
+	BlockedProcsData *blocked;
+	int			i;
+
+	if (proc == NULL)
+	{
+		appendStringInfoString(buf, "The worker had not started.");
+		return;
+	}
+	if (wait_event_info == 0)
+	{
+		appendStringInfoString(buf, "The worker was running, not waiting: the pass takes longer than the limit.");
+		return;
+	}
+	appendStringInfo(buf, "The worker (process %d) waits for %s/%s", pid,
+					 pgstat_get_wait_event_type(wait_event_info),
+					 pgstat_get_wait_event(wait_event_info));
+	if ((wait_event_info & 0xFF000000) != PG_WAIT_LOCK)
+	{
+		appendStringInfoChar(buf, '.');
+		return;
+	}
+
+	/* The lock it waits for, and who holds it (as pg_blocking_pids sees). */
+	blocked = GetBlockerStatusData(pid);
+	for (i = 0; i < blocked->nprocs; i++)
+	{
+		BlockedProcData *bproc = &blocked->procs[i];
+		LockInstanceData *waited;
+		int			j;
+		int			holders = 0;
+
+		if (bproc->pid != pid || bproc->num_locks == 0)
+			continue;
+		waited = &blocked->locks[bproc->first_lock];
+		if (waited->locktag.locktag_type == LOCKTAG_OBJECT &&
+			waited->locktag.locktag_field2 == DatabaseRelationId &&
+			waited->locktag.locktag_field3 == db->oid)
+			appendStringInfo(buf, ": the lock on database \"%s\" itself", db->name);
+		else
+		{
+			appendStringInfoString(buf, ": a lock on ");
+			DescribeLockTag(buf, &waited->locktag);
+		}
+		for (j = 0; j < bproc->num_locks; j++)
+		{
+			LockInstanceData *instance = &blocked->locks[bproc->first_lock + j];
+
+			if (instance->holdMask == 0 || instance->pid == pid)
+				continue;
+			appendStringInfo(buf, "%s%d", holders++ == 0 ? ", held by process " : ", ",
+							 instance->pid);
+		}
+		break;
+	}
+	appendStringInfoChar(buf, '.');
+}
+
+/*
+ * Wait for a database's worker to exit, at most
+ * idem.cleanup_database_timeout; after that, say what it waits for, stop
+ * it and return false (the database is skipped until the next pass).
+ */
+static bool
+wait_for_worker(BackgroundWorkerHandle *handle, const LauncherDatabase *db)
+{
+	TimestampTz deadline = GetCurrentTimestamp() +
+		(TimestampTz) idem_cleanup_database_timeout_s * USECS_PER_SEC;
+	pid_t		pid = 0;
+	StringInfoData detail;
+
+	for (;;)
+	{
+		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+		TimestampTz now;
+		long		wait_ms;
+
+		if (status == BGWH_STOPPED)
+			return true;
+		if (status == BGWH_POSTMASTER_DIED)
+			proc_exit(1);
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			break;
+		/* The postmaster sets our latch when the worker's state changes. */
+		wait_ms = Min((long) ((deadline - now) / 1000) + 1, 1000L);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 wait_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	initStringInfo(&detail);
+	describe_wait(&detail, db, pid);
+	ereport(WARNING,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("pg_idem cleanup of database \"%s\" skipped: its worker did not finish within idem.cleanup_database_timeout (%d s)",
+					db->name, idem_cleanup_database_timeout_s),
+			 errdetail_internal("%s", detail.data),
+			 errhint("The database is cleaned again at the next pass; the other databases are not held up. End the transaction that holds the lock if it should not be open.")));
+	TerminateBackgroundWorker(handle);
+	if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+	return false;
+}
+
+/*
+ * Run one cleanup worker in a database and wait for it to exit (or give
+ * up on it, see wait_for_worker).  False when no background worker slot
+ * is free (max_worker_processes).
  */
 static bool
 serve_database(const LauncherDatabase *db)
@@ -165,8 +296,7 @@ serve_database(const LauncherDatabase *db)
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 		return false;
 	pgstat_report_activity(STATE_RUNNING, worker.bgw_name);
-	if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
-		proc_exit(1);
+	(void) wait_for_worker(handle, db);
 	pfree(handle);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return true;

@@ -10,7 +10,7 @@
 #   transaction and the follower's wake-up counter does not move; a
 #   rolled-back finalize wakes nobody;
 # - a cancelled waiter leaves nothing behind (no lock, no row change);
-# - while it sleeps a follower holds back no xmin;
+# - while it sleeps a follower keeps its statement's xmin (see 077);
 # - a winner killed while 10 followers wait: exactly one of them takes the
 #   key over once the lease runs out, the others then replay its response.
 #
@@ -102,10 +102,10 @@ sleep 1;
 is( q1(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%fin:%'
           AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()}),
 	'1', 'fin: still waiting while the finalize is uncommitted');
-# A sleeper holds back no xmin.
+# A sleeper keeps its statement's snapshot (077 shows why).
 is( q1(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%fin:%'
           AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()}),
-	'0', 'fin: the sleeping follower holds no xmin');
+	'1', 'fin: the sleeping follower keeps its statement xmin');
 $winner->query_safe('COMMIT');
 is(answer($f, 'fin'), 'replay', 'fin: woken by the commit, the follower replays');
 cmp_ok(counter('follower_wakeups'), '>', $wakeups, 'fin: a commit woke it');

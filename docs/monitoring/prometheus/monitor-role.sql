@@ -6,9 +6,10 @@
 --
 -- Run it as the extension's owner in every database that has pg_idem
 -- (schema: the extension's, default public), then give the role a password
--- or a pg_hba.conf rule.  The exporter's role also needs the extension's
--- schema on its search_path when that is not public:
---   ALTER ROLE idem_monitor SET search_path = idem;
+-- or a pg_hba.conf rule.  The queries of pg_idem_queries.yaml name the
+-- views unqualified, so the script also sets the role's search_path in
+-- this database to the extension's schema (ALTER ROLE ... IN DATABASE):
+-- whatever schema pg_idem is in, every pg_idem_* series is served.
 \set ON_ERROR_STOP 1
 \if :{?schema}
 \else
@@ -20,6 +21,9 @@ SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'idem_monitor
 CREATE ROLE idem_monitor LOGIN;
 \endif
 GRANT USAGE ON SCHEMA :"schema" TO idem_monitor;
+-- pg_catalog first: nothing in the extension's schema can stand in for
+-- count(), extract() or the other built-ins the queries use.
+ALTER ROLE idem_monitor IN DATABASE :"DBNAME" SET search_path = pg_catalog, :"schema";
 GRANT EXECUTE ON FUNCTION idem_stats() TO idem_monitor;
 GRANT SELECT ON idem_stats, idem_inflight, idem_stuck, idem_cooling,
                 idem_outbox_dead, idem_inbox_dead TO idem_monitor;

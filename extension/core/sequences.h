@@ -1,0 +1,35 @@
+/*-------------------------------------------------------------------------
+ *
+ * sequences.h
+ *	  Keeping a schema's sequences above the generations and outbox ids its
+ *	  tables hold, as after a logical-replication cut-over (sequences.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_CORE_SEQUENCES_H
+#define IDEM_CORE_SEQUENCES_H
+
+/*
+ * A generation sequence that has drawn no more than this many values is
+ * young (a new cluster or install, as a cut-over's new writer is): its
+ * values are checked against idem_keys.
+ */
+#define IDEM_YOUNG_SEQUENCE		1000
+
+/*
+ * Is a generation just drawn not above every generation idem_keys holds?
+ * Then the sequence is advanced past them and true returned: draw again.
+ * Scans idem_keys (every row version); call it only when there is reason
+ * to (a young sequence, a take-over of a row not below the value drawn).
+ * Runs as the tables' owner (inside the direct table access).
+ */
+extern bool idem_generations_catch_up(Oid namespace, int64 generation);
+
+/*
+ * Before this backend's first stage (and its first after a change to
+ * pg_subscription): advance idem_outbox_id_seq past every id in the queue
+ * and the archive if it is behind.  Runs as the tables' owner.
+ */
+extern void idem_outbox_ids_catch_up(Oid namespace);
+
+#endif							/* IDEM_CORE_SEQUENCES_H */
