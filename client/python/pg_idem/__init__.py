@@ -14,7 +14,7 @@ from .key import InvalidKey, KeyStatus, cache_key, check_key, check_key_header, 
 from ._engine import ClaimContext, Request, RunResult
 from .runner import RetryRequest, Runner, SimplePool
 
-__version__ = "0.3.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "Config", "ConfigError", "RetryRequest", "IETF", "SEED", "Runner", "SimplePool", "Request", "Response",

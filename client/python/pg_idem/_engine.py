@@ -16,6 +16,7 @@ import time
 
 import psycopg
 
+from . import protocol
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -202,7 +203,9 @@ class Engine:
         return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), "failed")
 
     def timed_out(self, c):
-        return self.answer(c, problems.in_progress(self.cfg.profile, self.cfg.retry_after), "timeout")
+        """The answer of a follower whose wait budget ran out (the protocol's in_progress)."""
+        o = protocol.OUTCOMES["in_progress"]
+        return self.answer(c, problems.by_name(o.problem, self.cfg.profile, self.cfg.retry_after), o.result)
 
     def prepare(self, req):
         """(early answer, call): the answer when the request goes no further;
@@ -245,29 +248,22 @@ class Engine:
         return parse_row((yield Query(conn, self.sql.lookup, (c.ck, c.rh))))
 
     def on_row(self, c, row):
-        """A follower's answer, or "wait" / "claim"."""
-        p = self.cfg.profile
-        o = row.outcome
-        if o == "replay":
+        """A follower's answer, or "wait" / "claim": what the protocol's
+        OUTCOMES table says a client does with the row's outcome."""
+        o = protocol.OUTCOMES.get(row.outcome)
+        if o is None or o.action == "run":
+            # A win is the claim's (loop), never a follower's or a lookup's.
+            raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % row.outcome)
+        if o.action == "replay":
             headers = headers_from_json(row.headers_json)
             headers.append((REPLAY_HEADER, "true"))
             c.res.response = Response(row.status or 200, headers, row.body or b"")
             c.res.replayed = True
-            return self.finish(c, "replay")
-        if o == "not_replayable":
-            return self.answer(c, problems.not_replayable(p), "conflict")
-        if o == "mismatch":
-            return self.answer(c, problems.key_reused(p), "conflict")
-        if o == "expired":
-            return self.answer(c, problems.expired(p), "conflict")
-        if o == "cooldown":
+            return self.finish(c, o.result)
+        if o.action == "answer":
             ra = row.retry_after if row.retry_after is not None else self.cfg.retry_after
-            return self.answer(c, problems.cooldown(p, ra), "failed")
-        if o == "in_progress":
-            return "wait"
-        if o in ("absent", "claimable"):
-            return "claim"
-        raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % o)
+            return self.answer(c, problems.by_name(o.problem, self.cfg.profile, ra), o.result)
+        return o.action  # "wait" or "claim"
 
     def follow(self, c, row, server_wait):
         """The answer, or (claim?, wait in the server?) for the next round."""

@@ -7,7 +7,9 @@ import re
 
 import psycopg
 
-WON = ("claimed", "recovered_ttl", "recovered_abandoned")
+from . import protocol
+
+WON = tuple(o.name for o in protocol.OUTCOMES.values() if o.role == "win")
 
 
 @dataclasses.dataclass
