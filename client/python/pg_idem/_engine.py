@@ -17,6 +17,7 @@ import time
 import psycopg
 
 from . import protocol
+from ._checks import Reporter, verify
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -180,10 +181,14 @@ def _sqlstate(e):
 class Engine:
     """The protocol; shared (and thread safe) between the requests of one runner."""
 
-    def __init__(self, cfg=None):
+    def __init__(self, cfg=None, on_error=None, metrics=None):
         self.cfg = cfg or Config()
         if not isinstance(self.cfg, Config):
             raise TypeError("cfg must be a pg_idem.Config")
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable (it is given a pg_idem.ErrorReport)")
+        self.reporter = Reporter(on_error)
+        self.metrics = metrics
         self.allow = HeaderAllowlist(self.cfg.replay_headers)
         self.sql = Statements(self.cfg.schema)
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
@@ -222,15 +227,35 @@ class Engine:
             return None, None
         return None, _Call(self.cfg, req)
 
-    def capabilities(self, conn):
-        """Checks once per runner whether the server waits for followers itself."""
-        if self.server_wait is None:
-            if self.cfg.server_wait is False:
-                self.server_wait = (False, False)
-            else:
-                t = yield Query(conn, self.sql.capabilities)
-                self.server_wait = (bool(t[0]), bool(t[1])) if t else (False, False)
+    def capabilities(self, conn, again=False):
+        """Checks once per runner (until it passes) that the extension is
+        there, new enough, callable by this role and on its path, and
+        whether the server waits for followers itself; raises
+        StoreMisconfigured with the fix when it is not usable."""
+        if self.server_wait is None or again:
+            t = yield Query(conn, self.sql.preflight, None, False)
+            caps = verify(t, self.cfg, conn.info.dbname)
+            self.server_wait = (False, False) if self.cfg.server_wait is False else caps
         return self.server_wait
+
+    def check(self):
+        """Runner.check(): the first-use check, now, on a connection of the pool."""
+        conn = yield Acquire()
+        try:
+            yield from self.capabilities(conn, again=True)
+        finally:
+            yield Release(conn)
+
+    def observe(self, req, res):
+        """After a run: a store error is logged once per cause and handed to
+        on_error; the metrics count the outcome."""
+        if res is None:
+            return res
+        if res.error is not None:
+            self.reporter.report(res.error, req)
+        if self.metrics is not None:
+            self.metrics.on_outcome(res.outcome)
+        return res
 
     def claim(self, c, conn, wait):
         caps = yield from self.capabilities(conn)

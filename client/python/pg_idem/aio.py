@@ -91,23 +91,35 @@ class _Keeper:
 class AsyncRunner:
     """The asyncio twin of pg_idem.Runner; handlers may be coroutines."""
 
-    def __init__(self, pool, config=None):
+    def __init__(self, pool, config=None, *, on_error=None, metrics=None):
+        """on_error(report): called with a pg_idem.ErrorReport for every store
+        error (each cause is also logged once to the "pg_idem" logger);
+        metrics: a pg_idem.metrics.PrometheusMetrics (or anything with
+        on_outcome(name) and on_event(name))."""
         self.pool = _pool_of(pool)
-        self.engine = e.Engine(config or Config())
+        self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
 
     @property
     def config(self):
         return self.engine.cfg
 
+    async def check(self):
+        """The check the first request makes, now (call it at start-up):
+        the extension is installed, new enough, callable by this role and on
+        its search_path, and Config.lease is within idem.max_lease. Raises
+        pg_idem.StoreMisconfigured saying what to fix, or the connection's
+        error."""
+        return await self._drive(self.engine.check())
+
     async def run(self, request, handler):
-        return await self._drive(self.engine.run(request, handler))
+        return self.engine.observe(request, await self._drive(self.engine.run(request, handler)))
 
     async def run_fenced(self, request, handler, isolation=None):
-        return await self._drive(self.engine.run_fenced(request, handler, isolation))
+        return self.engine.observe(request, await self._drive(self.engine.run_fenced(request, handler, isolation)))
 
     async def run_in_transaction(self, request, handler, isolation=None):
-        return await self._drive(self.engine.run_in_transaction(request, handler, isolation))
+        return self.engine.observe(request, await self._drive(self.engine.run_in_transaction(request, handler, isolation)))
 
     def idempotent(self, mode="lease", isolation=None):
         """Decorator, as pg_idem.Runner.idempotent, for async functions."""
@@ -194,17 +206,17 @@ class AsyncRunner:
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         if mode == "lease":
-            return _AsyncClaimScope(self, self.engine.run(request, None))
+            return _AsyncClaimScope(self, request, self.engine.run(request, None))
         if mode == "fenced":
-            return _AsyncClaimScope(self, self.engine.run_fenced(request, None, isolation))
-        return _AsyncClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+            return _AsyncClaimScope(self, request, self.engine.run_fenced(request, None, isolation))
+        return _AsyncClaimScope(self, request, self.engine.run_in_transaction(request, None, isolation))
 
 
 class _AsyncClaimScope:
     """Drives the protocol up to the handler, lets the async with block be it, then finishes."""
 
-    def __init__(self, runner, gen):
-        self._runner, self._gen = runner, gen
+    def __init__(self, runner, request, gen):
+        self._runner, self._request, self._gen = runner, request, gen
         self.answer = self.result = self.claim = self.conn = None
         self._response = None
         self._open = False
@@ -215,7 +227,7 @@ class _AsyncClaimScope:
     async def __aenter__(self):
         kind, value = await self._runner._advance(self._gen, stop_at_handler=True)
         if kind == "done":
-            self.result, self.answer = value, value.response
+            self.result, self.answer = self._runner.engine.observe(self._request, value), value.response
             return self
         self._open = True
         if len(value.args) == 1:
@@ -242,6 +254,6 @@ class _AsyncClaimScope:
                     return False
                 raise
             if out[0] == "done":
-                self.result = out[1]
+                self.result = self._runner.engine.observe(self._request, out[1])
                 return False
             kind, v = "error", RetryRequest("the request must run again (retry it with the same key)")

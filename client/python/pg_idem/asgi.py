@@ -9,10 +9,15 @@ without a key pass through unguarded (or get 400 with key_required=True).
 The response is buffered (no streaming) so that it can be stored.
 """
 
+import logging
+
+from ._checks import StoreMisconfigured
 from .aio import AsyncRunner
 from .config import Config
 from ._engine import Request
 from .http import Response
+
+log = logging.getLogger("pg_idem")
 
 CLAIM = "pg_idem.claim"   # scope key: the ClaimContext the app runs under
 CONN = "pg_idem.conn"     # scope key: the transaction's connection (fenced, in_transaction)
@@ -46,11 +51,14 @@ class IdempotencyMiddleware:
     (the app finds the transaction's AsyncConnection in scope["pg_idem.conn"])."""
 
     def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
-                 methods=("POST", "PATCH"), mode="lease", key_required=False):
+                 methods=("POST", "PATCH"), mode="lease", key_required=False, on_error=None, metrics=None,
+                 check_at_startup=True):
         if runner is None:
             if pool is None and dsn is None:
                 raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
-            runner = AsyncRunner(pool if pool is not None else dsn, config or Config())
+            runner = AsyncRunner(pool if pool is not None else dsn, config or Config(),
+                                 on_error=on_error, metrics=metrics)
+        self.check_at_startup = check_at_startup
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         self.app, self.runner, self.mode = app, runner, mode
@@ -61,7 +69,38 @@ class IdempotencyMiddleware:
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
 
+    async def _lifespan(self, scope, receive, send):
+        """At the application's start-up, the runner's check: a store this
+        runner cannot use stops the start with what to fix (uvicorn exits),
+        instead of a 503 on every request. A server that cannot be reached
+        yet is logged and checked again by the first request."""
+        refused = []
+
+        async def checked_receive():
+            message = await receive()
+            if message["type"] == "lifespan.startup" and self.check_at_startup:
+                try:
+                    await self.runner.check()
+                except StoreMisconfigured as e:
+                    refused.append(e)
+                except Exception as e:  # the server may come up after the app
+                    log.warning("pg_idem: the store could not be checked at start-up (%s); "
+                                "the first request checks it again", str(e).strip().splitlines()[0])
+            return message
+
+        async def checked_send(message):
+            if refused and message["type"].startswith("lifespan.startup."):
+                if len(refused) == 1:  # once: the app's own "failed" that follows is dropped
+                    log.error("%s", refused[0])
+                    refused.append(None)
+                    await send({"type": "lifespan.startup.failed", "message": str(refused[0])})
+                raise refused[0]  # the server stops (uvicorn: "Application startup failed. Exiting.")
+            await send(message)
+        return await self.app(scope, checked_receive, checked_send)
+
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return await self._lifespan(scope, receive, send)
         if scope["type"] != "http" or scope["method"].upper() not in self.methods:
             return await self.app(scope, receive, send)
         keys = [v for k, v in scope.get("headers", ()) if k.lower() == b"idempotency-key"]

@@ -125,27 +125,39 @@ class Runner:
                             lambda claim: Response(201, [("Content-Type", "application/json")], b"{}"))
     """
 
-    def __init__(self, pool, config=None):
+    def __init__(self, pool, config=None, *, on_error=None, metrics=None):
+        """on_error(report): called with a pg_idem.ErrorReport for every store
+        error (each cause is also logged once to the "pg_idem" logger);
+        metrics: a pg_idem.metrics.PrometheusMetrics (or anything with
+        on_outcome(name) and on_event(name))."""
         self.pool = _pool_of(pool)
-        self.engine = e.Engine(config or Config())
+        self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
 
     @property
     def config(self):
         return self.engine.cfg
 
+    def check(self):
+        """The check the first request makes, now (call it at start-up):
+        the extension is installed, new enough, callable by this role and on
+        its search_path, and Config.lease is within idem.max_lease. Raises
+        pg_idem.StoreMisconfigured saying what to fix, or the connection's
+        error."""
+        return self._drive(self.engine.check())
+
     def run(self, request, handler):
         """Lease mode: handler(claim) -> Response, with no transaction open."""
-        return self._drive(self.engine.run(request, handler))
+        return self.engine.observe(request, self._drive(self.engine.run(request, handler)))
 
     def run_fenced(self, request, handler, isolation=None):
         """Claim first; handler(conn, claim) runs in a transaction on a second
         connection, in which the response is stored, fenced by the claim."""
-        return self._drive(self.engine.run_fenced(request, handler, isolation))
+        return self.engine.observe(request, self._drive(self.engine.run_fenced(request, handler, isolation)))
 
     def run_in_transaction(self, request, handler, isolation=None):
         """BEGIN; idem_begin; handler(conn, claim); idem_finalize; COMMIT."""
-        return self._drive(self.engine.run_in_transaction(request, handler, isolation))
+        return self.engine.observe(request, self._drive(self.engine.run_in_transaction(request, handler, isolation)))
 
     def idempotent(self, mode="lease", isolation=None):
         """Decorator: f(request, claim) for mode="lease", f(request, conn, claim)
@@ -252,10 +264,10 @@ class Runner:
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         if mode == "lease":
-            return _ClaimScope(self, self.engine.run(request, None))
+            return _ClaimScope(self, request, self.engine.run(request, None))
         if mode == "fenced":
-            return _ClaimScope(self, self.engine.run_fenced(request, None, isolation))
-        return _ClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+            return _ClaimScope(self, request, self.engine.run_fenced(request, None, isolation))
+        return _ClaimScope(self, request, self.engine.run_in_transaction(request, None, isolation))
 
 
 class RetryRequest(RuntimeError):
@@ -265,8 +277,8 @@ class RetryRequest(RuntimeError):
 class _ClaimScope:
     """Drives the protocol up to the handler, lets the with block be it, then finishes."""
 
-    def __init__(self, runner, gen):
-        self._runner, self._gen = runner, gen
+    def __init__(self, runner, request, gen):
+        self._runner, self._request, self._gen = runner, request, gen
         self.answer = self.result = self.claim = self.conn = None
         self._response = None
         self._open = False
@@ -277,7 +289,7 @@ class _ClaimScope:
     def _enter(self, state):
         kind, value = state
         if kind == "done":
-            self.result, self.answer = value, value.response
+            self.result, self.answer = self._runner.engine.observe(self._request, value), value.response
             return self
         self._open = True
         if len(value.args) == 1:
@@ -308,6 +320,6 @@ class _ClaimScope:
                     return False  # the block's own exception: let it go on
                 raise
             if out[0] == "done":
-                self.result = out[1]
+                self.result = self._runner.engine.observe(self._request, out[1])
                 return False
             state = ("error", RetryRequest("the request must run again (retry it with the same key)"))
