@@ -3,48 +3,81 @@
 import asyncio
 import functools
 import inspect
+import time
 
 import psycopg
 from psycopg import pq
 
 from . import _engine as e
 from .config import Config
-from .runner import RetryRequest, utf8_kwargs
+from .runner import RetryRequest, _exhausted, utf8_kwargs
 
 
 class AsyncSimplePool:
-    """A small asyncio connection pool (psycopg_pool.AsyncConnectionPool works
-    as well: the runner only awaits getconn() and putconn()); client_encoding
-    UTF8 as pg_idem.SimplePool's."""
+    """A small bounded asyncio connection pool (psycopg_pool.AsyncConnectionPool
+    works as well: the runner only awaits getconn() and putconn()); max_size,
+    timeout and client_encoding UTF8 as pg_idem.SimplePool's."""
 
-    def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
-        self._idle = []
+    def __init__(self, conninfo="", max_size=10, timeout=5.0, max_idle=None, **kwargs):
+        if not isinstance(max_size, int) or max_size < 1:
+            raise ValueError("pg_idem.aio.AsyncSimplePool: max_size must be a positive integer")
+        self.conninfo, self.max_size, self.timeout = conninfo, max_size, timeout
+        self.max_idle = max_size if max_idle is None else max_idle
+        self.kwargs = utf8_kwargs(conninfo, kwargs)
+        self._idle, self._open = [], 0
+        self._cond = None  # made in the loop that first uses the pool
 
     async def getconn(self):
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                return conn
-            await conn.close()
-        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        deadline = time.monotonic() + self.timeout
+        async with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                        return conn
+                    await conn.close()
+                    self._open -= 1
+                if self._open < self.max_size:
+                    self._open += 1
+                    break
+                try:
+                    await asyncio.wait_for(self._cond.wait(), max(0.0, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    raise _exhausted(self) from None
+        try:
+            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+        except BaseException:
+            async with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
 
     async def putconn(self, conn):
-        if (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE
-                or len(self._idle) >= self.max_idle):
-            await conn.close()
-            return
-        self._idle.append(conn)
+        keep = not (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE)
+        if self._cond is None:
+            self._cond = asyncio.Condition()
+        async with self._cond:
+            if keep and len(self._idle) < self.max_idle:
+                self._idle.append(conn)
+                self._cond.notify()
+                return
+            self._open -= 1
+            self._cond.notify()
+        await conn.close()
 
     async def close(self):
         idle, self._idle = self._idle, []
+        self._open -= len(idle)
         for conn in idle:
             await conn.close()
 
 
 def _pool_of(source):
     if isinstance(source, str):
-        return AsyncSimplePool(source)
+        # Pooler-safe, as pg_idem.runner's: no prepared statements on the dsn= pool's connections.
+        return AsyncSimplePool(source, prepare_threshold=None)
     if hasattr(source, "getconn") and hasattr(source, "putconn"):
         return source
     raise TypeError("pass a conninfo string, a pg_idem.aio.AsyncSimplePool or a "

@@ -3,6 +3,7 @@
 import functools
 import inspect
 import threading
+import time
 
 import psycopg
 import psycopg.conninfo
@@ -26,33 +27,59 @@ def utf8_kwargs(conninfo, kwargs):
 
 
 class SimplePool:
-    """A small connection pool (psycopg_pool.ConnectionPool works as well:
-    the runner only calls getconn() and putconn()).
+    """A small bounded connection pool (psycopg_pool.ConnectionPool works as
+    well: the runner only calls getconn() and putconn()).
 
-    Connections are opened on demand in autocommit, with client_encoding
-    UTF8 unless conninfo or kwargs set one, and kept up to max_idle."""
+    At most max_size connections are open (10: 150 duplicates at once used
+    to open 97 and met "remaining connection slots are reserved"); getconn
+    waits up to timeout seconds for one to come back, then raises
+    psycopg.OperationalError (the request is answered 503). Connections are
+    opened on demand in autocommit, with client_encoding UTF8 unless
+    conninfo or kwargs set one."""
 
-    def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
-        self._idle, self._lock = [], threading.Lock()
+    def __init__(self, conninfo="", max_size=10, timeout=5.0, max_idle=None, **kwargs):
+        if not isinstance(max_size, int) or max_size < 1:
+            raise ValueError("pg_idem.SimplePool: max_size must be a positive integer")
+        self.conninfo, self.max_size, self.timeout = conninfo, max_size, timeout
+        self.max_idle = max_size if max_idle is None else max_idle
+        self.kwargs = utf8_kwargs(conninfo, kwargs)
+        self._idle, self._open = [], 0
+        self._cond = threading.Condition()
 
     def getconn(self):
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                    return conn
-                conn.close()
-        return psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
+        deadline = time.monotonic() + self.timeout
+        with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                        return conn
+                    conn.close()
+                    self._open -= 1
+                if self._open < self.max_size:
+                    self._open += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _exhausted(self)
+                self._cond.wait(left)
+        try:
+            return psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
 
     def putconn(self, conn):
-        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            conn.close()
-            return
-        with self._lock:
-            if len(self._idle) < self.max_idle:
+        keep = not (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE)
+        with self._cond:
+            if keep and len(self._idle) < self.max_idle:
                 self._idle.append(conn)
+                self._cond.notify()
                 return
+            self._open -= 1
+            self._cond.notify()
         conn.close()
 
     def connection(self):
@@ -70,15 +97,24 @@ class SimplePool:
         return _Ctx()
 
     def close(self):
-        with self._lock:
+        with self._cond:
             idle, self._idle = self._idle, []
+            self._open -= len(idle)
         for conn in idle:
             conn.close()
 
 
+def _exhausted(pool):
+    return psycopg.OperationalError(
+        "pg_idem: no connection of the pool (max_size %d) came free within %g s" % (pool.max_size, pool.timeout))
+
+
 def _pool_of(source):
     if isinstance(source, str):
-        return SimplePool(source)
+        # Pooler-safe: a transaction-mode pooler (PgBouncer) gives each
+        # transaction any server session, where psycopg's prepared
+        # statements do not exist (26000) or clash (42P05).
+        return SimplePool(source, prepare_threshold=None)
     if hasattr(source, "getconn") and hasattr(source, "putconn"):
         return source
     raise TypeError("pass a conninfo string, a pg_idem.SimplePool or a psycopg_pool.ConnectionPool")
