@@ -179,6 +179,20 @@ def _as_response(value):
     raise TypeError("a pg_idem handler returns a pg_idem.Response, not %s" % type(value).__name__)
 
 
+def unprepared_retry(query, error):
+    """Whether a driver sends the query again, unprepared: a pooler's
+    prepared-statement error (the statement did not run) outside a
+    transaction, on a pool the application made with prepare_threshold set.
+    That connection prepares nothing from then on."""
+    conn = query.conn
+    if _sqlstate(error) not in PREPARED_STATEMENT_ERRORS or query.prepare is False or conn.broken:
+        return False
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    conn.prepare_threshold = None
+    return True
+
+
 def _sqlstate(e):
     return getattr(e, "sqlstate", None)
 

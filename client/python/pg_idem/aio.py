@@ -198,7 +198,12 @@ class AsyncRunner:
 
     async def _do(self, op):
         if isinstance(op, e.Query):
-            cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            try:
+                cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            except psycopg.Error as exc:
+                if not e.unprepared_retry(op, exc):
+                    raise
+                cur = await op.conn.execute(op.sql, op.params, prepare=False)
             return (await cur.fetchone()) if cur.description else None
         if isinstance(op, e.Acquire):
             return await self._acquire()

@@ -243,7 +243,12 @@ class Runner:
 
     def _do(self, op):
         if isinstance(op, e.Query):
-            cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            try:
+                cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            except psycopg.Error as exc:
+                if not e.unprepared_retry(op, exc):
+                    raise
+                cur = op.conn.execute(op.sql, op.params, prepare=False)
             return cur.fetchone() if cur.description else None
         if isinstance(op, e.Acquire):
             return self._acquire()

@@ -132,3 +132,20 @@ def test_the_dsn_defaults_work_behind_a_transaction_pooler(bouncer):
         return aruns, [r.response.status for r in got]
     aruns, statuses = asyncio.run(storm())
     assert len(aruns) == 1 and statuses == [201] * 10
+
+
+def test_a_pool_that_prepares_recovers_behind_a_pooler(bouncer):
+    """An application's own pool with psycopg's default prepare_threshold:
+    a prepared-statement error from the pooler (26000 / 42P05) is answered by
+    sending that statement again unprepared, and that connection prepares
+    nothing from then on."""
+    pools = [SimplePool(bouncer, max_size=1) for _ in range(3)]  # default prepare_threshold (5)
+    runners = [Runner(p) for p in pools]
+    statuses = []
+    for i in range(12):  # each connection past the threshold, interleaved on 2 server sessions
+        for r in runners:
+            statuses.append(r.run(req(str(uuid.uuid4()), "/prepares"),
+                                  lambda claim: Response(201, [], b"ok")).response.status)
+    assert statuses == [201] * 36
+    for p in pools:
+        p.close()
