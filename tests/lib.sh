@@ -23,7 +23,7 @@ IDEM_PACKAGES="make gcc g++ cmake pkg-config postgresql-$PG_MAJOR
 postgresql-server-dev-$PG_MAJOR postgresql-client-$PG_MAJOR libpq-dev libssl-dev
 libipc-run-perl libgtest-dev nlohmann-json3-dev libcpp-httplib-dev
 python3 python3-psycopg python3-psycopg-pool python3-pytest python3-starlette
-python3-fastapi python3-flask python3-httpx python3-uvicorn
+python3-fastapi python3-flask python3-httpx python3-uvicorn python3-prometheus-client
 python3-setuptools python3-wheel python3-venv python3-pip nodejs
 pgbouncer postgresql-$PG_MAJOR-plproxy postgresql-$PG_MAJOR-auto-failover
 prometheus-postgres-exporter clang-tools valgrind"

@@ -17,7 +17,7 @@ import time
 import psycopg
 
 from . import protocol
-from ._checks import Reporter, verify
+from ._checks import Reporter, log, verify
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -148,6 +148,10 @@ class RunResult:
     outcome_unknown: bool = False
     generation: int = 0
     error: BaseException = None
+    # The claim's lifecycle events in this run (the metrics' event label):
+    # claimed recovered_ttl recovered_abandoned pending_wait retryable_cooldown
+    # lease_stolen finalize_error release_error unknown_outcome finalized
+    events: list = dataclasses.field(default_factory=list)
 
 
 class _Call:
@@ -272,8 +276,17 @@ class Engine:
             return res
         if res.error is not None:
             self.reporter.report(res.error, req)
+        if res.lease_stolen and "lease_stolen" not in res.events:
+            res.events.append("lease_stolen")
+        if res.outcome_unknown and "unknown_outcome" not in res.events:
+            res.events.append("unknown_outcome")
         if self.metrics is not None:
-            self.metrics.on_outcome(res.outcome)
+            try:
+                self.metrics.on_outcome(res.outcome)
+                for name in res.events:
+                    self.metrics.on_event(name)
+            except Exception:  # counting must never change the answer
+                log.exception("pg_idem: the metrics hook raised")
         return res
 
     def claim(self, c, conn, wait):
@@ -311,6 +324,8 @@ class Engine:
             c.res.replayed = True
             return self.finish(c, o.result)
         if o.action == "answer":
+            if o.name == "cooldown":
+                c.res.events.append("retryable_cooldown")
             ra = row.retry_after if row.retry_after is not None else self.cfg.retry_after
             return self.answer(c, problems.by_name(o.problem, self.cfg.profile, ra), o.result)
         return o.action  # "wait" or "claim"
@@ -325,6 +340,8 @@ class Engine:
             return n
         if n == "claim":
             return (True, False)
+        if "pending_wait" not in c.res.events:
+            c.res.events.append("pending_wait")
         if time.monotonic() >= c.deadline:
             return self.timed_out(c)
         if server_wait:
@@ -357,6 +374,7 @@ class Engine:
             except psycopg.Error as e:
                 return self.unavailable(c, e)
             if do_claim and row.won:
+                c.res.events.append(row.outcome)  # claimed, recovered_ttl, recovered_abandoned
                 return (yield from win(row))
             caps = self.server_wait or (False, False)
             n = yield from self.follow(c, row, caps[0])
@@ -378,6 +396,7 @@ class Engine:
                 c.res.lease_stolen = True
         except psycopg.Error as e:
             c.res.error = c.res.error or e
+            c.res.events.append("release_error")
         finally:
             if fresh is not None:
                 yield Release(fresh)
@@ -475,6 +494,7 @@ class Engine:
                 t = yield Query(target, self.sql.finalize, params, prepare)
             except psycopg.Error as e:
                 c.res.error = e
+                c.res.events.append("finalize_error")
                 discard = target is not None and (target.broken or _sqlstate(e) in PREPARED_STATEMENT_ERRORS)
                 if fresh is not None:
                     yield Release(fresh, discard)
@@ -500,6 +520,7 @@ class Engine:
                 c.res.lease_stolen, c.res.outcome = True, "won_completed"
                 return
             c.res.outcome = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
+            c.res.events.append("finalized")
             return
         c.res.outcome_unknown, c.res.outcome = True, "failed"
 
@@ -601,6 +622,7 @@ class Engine:
                     committing = True
                     yield Query(tx, "COMMIT", None, False)
                     result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
+                    c.res.events.append("finalized")
                     todo = "done"
                     break
                 except psycopg.Error as e:
@@ -613,6 +635,7 @@ class Engine:
                     if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
                         continue
                     c.res.error, todo = e, "pending"
+                    c.res.events.append("finalize_error")
                     if committing and broken:
                         # The COMMIT was in flight: read the key, never re-run.
                         state, probe = yield from self.settle(c, row.claim_id, row.generation)
@@ -713,6 +736,7 @@ class Engine:
                 return self.unavailable(c, e)
 
             if do_claim and row.won:
+                c.res.events.append(row.outcome)
                 c.res.generation = row.generation
                 ctx = ClaimContext(row.generation, row.claim_id, c.ck)
                 try:
@@ -759,11 +783,13 @@ class Engine:
                     # (duplicates waiting in idem_begin are not run at once)
                     # and tell the caller that its result was not stored.
                     c.res.error = e
+                    c.res.events.append("finalize_error")
                     c.res.outcome_unknown = conn.broken
                     yield from self.keep_cooldown(c, conn, row.claim_id)
                     return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed")
                 c.res.response = resp
                 if action == FINALIZE:
+                    c.res.events.append("finalized")
                     return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")
                 return self.finish(c, "failed" if action == FAIL else "won_completed")
 
