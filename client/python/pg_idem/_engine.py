@@ -29,6 +29,9 @@ from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_
 # under that name (42P05): what a transaction-mode pooler does to psycopg's
 # prepared statements. The same statement sent unprepared works.
 PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
+# What a framework answers when a request's body or parameters do not
+# validate (400: Flask, Express; 422: FastAPI, the IETF draft).
+VALIDATION_STATUSES = (400, 422)
 # How many times a result whose handler has run is sent (each failure
 # settled by reading the key) before it is left to its lease.
 STORE_ATTEMPTS = 3
@@ -158,8 +161,11 @@ class _Call:
     """Per request state."""
 
     def __init__(self, cfg, req):
-        self.ck = cache_key(req.principal, req.method, req.target, req.keys[0])
-        self.rh = request_hash(req.body)
+        # The namespace (a service's name) goes with the method: a method
+        # is a token without spaces, so "payments POST" is no other pair's.
+        method = req.method if cfg.namespace is None else cfg.namespace + " " + req.method
+        self.ck = cache_key(req.principal, method, req.target, req.keys[0])
+        self.rh = request_hash(req.body if cfg.fingerprint is None else cfg.fingerprint(req.body))
         self.deadline = time.monotonic() + cfg.follower_wait_budget
         self.iterations = 0
         self.backoff = cfg.poll_min
@@ -249,6 +255,15 @@ class Engine:
         if ks is KeyStatus.ABSENT:
             return None, None
         return None, _Call(self.cfg, req)
+
+    def classify(self, status):
+        """The protocol's storage rule, but for the validation failures (400,
+        422) under Config.client_errors="release" (the default, as Stripe):
+        not stored, so that the corrected retry with the same key runs."""
+        action = classify(status)
+        if action == FINALIZE and status in VALIDATION_STATUSES and self.cfg.client_errors == "release":
+            return RELEASE
+        return action
 
     def capabilities(self, conn, again=False):
         """Checks once per runner (until it passes) that the extension is
@@ -473,7 +488,7 @@ class Engine:
         return self.finish(c, c.res.outcome)
 
     def store_lease(self, c, conn, row, resp):
-        action = classify(resp.status)
+        action = self.classify(resp.status)
         if action != FINALIZE:
             yield from self.give_up(c, conn, row.claim_id, action)
             c.res.outcome = "failed" if action == FAIL else "won_completed"
@@ -607,7 +622,7 @@ class Engine:
                 # the transaction" (40001 / 40P01) and a lost claim (IL001).
                 committing = False
                 try:
-                    action = classify(resp.status)
+                    action = self.classify(resp.status)
                     if action == FAIL:
                         yield from self.rollback_quietly(tx)  # a failure leaves none of its writes behind
                         break
@@ -758,7 +773,7 @@ class Engine:
                 # handler again in this call (but for the server's own "retry
                 # the transaction", 40001 / 40P01, which rolled everything back).
                 try:
-                    action = classify(resp.status)
+                    action = self.classify(resp.status)
                     setting = None
                     # Unprepared: no statement cache may abort the handler's transaction.
                     if action == FINALIZE:

@@ -45,6 +45,14 @@ class Config:
     schema                        schema of the pg_idem functions (None: search_path)
     server_wait                   None: use idem_claim(..., max_wait) when the server
                                   has it; False: always poll
+    namespace                     a service's name, part of every cache key, so that
+                                  services on one role and route never share keys
+    fingerprint                   body -> bytes: what the request hash is taken of
+                                  (pg_idem.fingerprint.canonical_json, json_fields(...));
+                                  None: the body's bytes
+    client_errors                 "release" (default): 400 and 422 (validation failures)
+                                  are not stored, a corrected retry with the key runs;
+                                  "store": stored and replayed, as the protocol's table says
     """
 
     lease: float = 30.0
@@ -63,6 +71,9 @@ class Config:
     replay_headers: tuple = ()
     schema: str = None
     server_wait: bool = None
+    namespace: str = None
+    fingerprint: object = None
+    client_errors: str = "release"
 
     def __post_init__(self):
         set_ = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731
@@ -116,9 +127,26 @@ class Config:
         if self.schema is not None and (not isinstance(self.schema, str) or "\x00" in self.schema
                                         or not self.schema):
             raise ConfigError("pg_idem.Config: schema must be a non-empty name without NUL")
+        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace
+                                           or re.search(r"[\s\x00]", self.namespace)):
+            raise ConfigError("pg_idem.Config: namespace must be a non-empty name without spaces (got %r)"
+                              % (self.namespace,))
+        if self.fingerprint is not None and not callable(self.fingerprint):
+            raise ConfigError("pg_idem.Config: fingerprint must be a function of the body (bytes -> bytes)")
+        if self.client_errors not in ("release", "store"):
+            raise ConfigError("pg_idem.Config: client_errors must be 'release' or 'store' (got %r)"
+                              % (self.client_errors,))
         if self.server_wait not in (None, False, True):
             raise ConfigError("pg_idem.Config: server_wait must be None, True or False")
 
 
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def with_options(config, namespace=None, fingerprint=None, client_errors=None):
+    """config (or Config()) with the middleware's own options set where given."""
+    config = config or Config()
+    changes = {k: v for k, v in (("namespace", namespace), ("fingerprint", fingerprint),
+                                 ("client_errors", client_errors)) if v is not None}
+    return dataclasses.replace(config, **changes) if changes else config
