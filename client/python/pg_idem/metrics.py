@@ -20,23 +20,38 @@ EVENTS = ("claimed", "recovered_ttl", "recovered_abandoned", "pending_wait", "re
           "lease_stolen", "finalize_error", "release_error", "unknown_outcome", "finalized")
 
 
+_REGISTERED = {}
+
+
+def _counters(registry):
+    """The two counters of a registry, made once: a second PrometheusMetrics
+    (two apps in one process, a reload) counts into the same series instead
+    of failing with "Duplicated timeseries"."""
+    import prometheus_client
+
+    registry = prometheus_client.REGISTRY if registry is None else registry
+    if id(registry) not in _REGISTERED:
+        requests = prometheus_client.Counter(
+            "idem_client_requests", "Requests through the pg_idem runner, by outcome.", ["outcome"],
+            registry=registry)
+        events = prometheus_client.Counter(
+            "idem_client_events", "Claim lifecycle events seen by the pg_idem runner.", ["event"],
+            registry=registry)
+        for name in protocol.CLIENT_OUTCOMES:
+            requests.labels(name)
+        for name in EVENTS:
+            events.labels(name)
+        _REGISTERED[id(registry)] = (registry, requests, events)
+    return _REGISTERED[id(registry)][1:]
+
+
 class PrometheusMetrics:
     """on_outcome / on_event for pg_idem.Runner, AsyncRunner and the
     middleware (metrics=); registry: prometheus_client's (the default one
     unless given)."""
 
     def __init__(self, registry=None):
-        import prometheus_client
-
-        kw = {} if registry is None else {"registry": registry}
-        self.requests = prometheus_client.Counter(
-            "idem_client_requests", "Requests through the pg_idem runner, by outcome.", ["outcome"], **kw)
-        self.events = prometheus_client.Counter(
-            "idem_client_events", "Claim lifecycle events seen by the pg_idem runner.", ["event"], **kw)
-        for name in protocol.CLIENT_OUTCOMES:
-            self.requests.labels(name)
-        for name in EVENTS:
-            self.events.labels(name)
+        self.requests, self.events = _counters(registry)
 
     def on_outcome(self, outcome):
         self.requests.labels(outcome).inc()

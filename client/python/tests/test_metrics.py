@@ -42,3 +42,14 @@ def test_runs_are_counted_with_the_cpp_series_names(dsn):
     down = Runner("host=127.0.0.1 port=1 connect_timeout=2", metrics=metrics)
     down.run(Request("alice", "POST", "/metrics", [k], b"{}"), lambda claim: Response(201))
     assert sample(registry, "idem_client_requests_total", outcome="failed") == 1
+
+
+def test_two_hooks_on_one_registry_share_the_series():
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from pg_idem.metrics import PrometheusMetrics
+
+    registry = prometheus_client.CollectorRegistry()
+    a, b = PrometheusMetrics(registry), PrometheusMetrics(registry)
+    a.on_outcome("replay")
+    b.on_outcome("replay")
+    assert sample(registry, "idem_client_requests_total", outcome="replay") == 2
