@@ -22,13 +22,12 @@ from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
 from .key import KeyStatus, cache_key, check_key_header, request_hash
+# The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
+from ._ops import (PREPARED_STATEMENT_ERRORS, Acquire, CallHandler, Query, Release, Sleep,  # noqa: F401
+                   StartKeeper, StopKeeper, unprepared_retry)
 # _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
 from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
 
-# A statement the server session does not have (26000) or has already
-# under that name (42P05): what a transaction-mode pooler does to psycopg's
-# prepared statements. The same statement sent unprepared works.
-PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
 # What a framework answers when a request's body or parameters do not
 # validate (400: Flask, Express; 422: FastAPI, the IETF draft).
 VALIDATION_STATUSES = (400, 422)
@@ -42,57 +41,6 @@ STORE_ATTEMPTS = 3
 WAIT_SLICE = 0.1
 ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
              "serializable": "SERIALIZABLE"}
-
-
-# ---- what the drivers do for the engine ----------------------------------------
-
-@dataclasses.dataclass
-class Query:
-    """Run one statement on conn; the driver sends back its first row (or None).
-
-    prepare is psycopg's: None leaves it to the connection (prepare_threshold),
-    False sends the statement unprepared."""
-    conn: object
-    sql: str
-    params: tuple = None
-    prepare: bool = None
-
-
-@dataclasses.dataclass
-class Acquire:
-    """A connection from the pool, in autocommit, no transaction open."""
-
-
-@dataclasses.dataclass
-class Release:
-    """Give conn back to the pool as it was; discard: close it first (the pool drops it)."""
-    conn: object
-    discard: bool = False
-
-
-@dataclasses.dataclass
-class Sleep:
-    seconds: float
-
-
-@dataclasses.dataclass
-class CallHandler:
-    """Call fn(*args) (awaiting it when it returns an awaitable); send back its value."""
-    fn: object
-    args: tuple
-
-
-@dataclasses.dataclass
-class StartKeeper:
-    """Renew the claim on conn every renew_interval until StopKeeper; send back the keeper."""
-    conn: object
-    cache_key: bytes
-    claim_id: str
-
-
-@dataclasses.dataclass
-class StopKeeper:
-    keeper: object
 
 
 # ---- results ------------------------------------------------------------------------
@@ -187,20 +135,6 @@ def _as_response(value):
     if isinstance(value, tuple):
         return Response(*value)
     raise TypeError("a pg_idem handler returns a pg_idem.Response, not %s" % type(value).__name__)
-
-
-def unprepared_retry(query, error):
-    """Whether a driver sends the query again, unprepared: a pooler's
-    prepared-statement error (the statement did not run) outside a
-    transaction, on a pool the application made with prepare_threshold set.
-    That connection prepares nothing from then on."""
-    conn = query.conn
-    if _sqlstate(error) not in PREPARED_STATEMENT_ERRORS or query.prepare is False or conn.broken:
-        return False
-    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        return False
-    conn.prepare_threshold = None
-    return True
 
 
 def _sqlstate(e):
