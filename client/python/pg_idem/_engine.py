@@ -336,7 +336,7 @@ class Engine:
         fresh = None
         try:
             if conn is None or conn.broken:
-                conn = fresh = yield Acquire()
+                conn = fresh = yield Acquire(second=True)
             if action == FAIL:
                 t = yield Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)))
             else:
@@ -365,7 +365,7 @@ class Engine:
         still ours (and gives it a full lease). Unprepared: a statement cache
         the server session does not share may be what failed."""
         try:
-            conn = yield Acquire()
+            conn = yield Acquire(second=True)
         except psycopg.Error as e:
             c.res.error = c.res.error or e
             return "unknown", None
@@ -439,7 +439,7 @@ class Engine:
             fresh = None
             try:
                 if target is None or target.broken:
-                    target = fresh = yield Acquire()
+                    target = fresh = yield Acquire(second=True)
                 t = yield Query(target, self.sql.finalize, params, prepare)
             except psycopg.Error as e:
                 c.res.error = e
@@ -535,7 +535,7 @@ class Engine:
         todo, action, result, resp, err = "give_up", FAIL, "failed", None, None
         for attempt in range(1, self.cfg.transaction_attempts + 1):
             try:
-                tx = yield Acquire()
+                tx = yield Acquire(second=True)
             except psycopg.Error as e:
                 err = e
                 break

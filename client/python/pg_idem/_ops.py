@@ -26,7 +26,13 @@ class Query:
 
 @dataclasses.dataclass
 class Acquire:
-    """A connection from the pool, in autocommit, no transaction open."""
+    """A connection from the pool, in autocommit, no transaction open.
+
+    second: the request already holds one (fenced mode's transaction, a
+    fresh connection to store or settle a result). pg_idem's own pools
+    give it at once even when max_size are out, so that requests holding
+    every connection never wait for each other's second one."""
+    second: bool = False
 
 
 @dataclasses.dataclass

@@ -27,7 +27,10 @@ class AsyncSimplePool:
         self._idle, self._open = [], 0
         self._cond = None  # made in the loop that first uses the pool
 
-    async def getconn(self):
+    async def getconn(self, overflow=False):
+        """A connection; overflow: at once, even with max_size out (a
+        request's second connection: the runner holds at most one per
+        request beyond the bound, so at most 2 * max_size are open)."""
         if self._cond is None:
             self._cond = asyncio.Condition()
         deadline = time.monotonic() + self.timeout
@@ -39,7 +42,7 @@ class AsyncSimplePool:
                         return conn
                     await conn.close()
                     self._open -= 1
-                if self._open < self.max_size:
+                if overflow or self._open < self.max_size:
                     self._open += 1
                     break
                 try:
@@ -171,8 +174,10 @@ class AsyncRunner:
             return call
         return wrap
 
-    async def _acquire(self):
-        conn = await self.pool.getconn()
+    async def _acquire(self, second=False):
+        # A request's second connection from pg_idem's own pool does not wait for the bound.
+        conn = await (self.pool.getconn(overflow=True) if second and isinstance(self.pool, AsyncSimplePool)
+                else self.pool.getconn())
         try:
             if not conn.autocommit:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -206,7 +211,7 @@ class AsyncRunner:
                 cur = await op.conn.execute(op.sql, op.params, prepare=False)
             return (await cur.fetchone()) if cur.description else None
         if isinstance(op, e.Acquire):
-            return await self._acquire()
+            return await self._acquire(op.second)
         if isinstance(op, e.Release):
             return await self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):

@@ -46,7 +46,10 @@ class SimplePool:
         self._idle, self._open = [], 0
         self._cond = threading.Condition()
 
-    def getconn(self):
+    def getconn(self, overflow=False):
+        """A connection; overflow: at once, even with max_size out (a
+        request's second connection: the runner holds at most one per
+        request beyond the bound, so at most 2 * max_size are open)."""
         deadline = time.monotonic() + self.timeout
         with self._cond:
             while True:
@@ -56,7 +59,7 @@ class SimplePool:
                         return conn
                     conn.close()
                     self._open -= 1
-                if self._open < self.max_size:
+                if overflow or self._open < self.max_size:
                     self._open += 1
                     break
                 left = deadline - time.monotonic()
@@ -216,8 +219,10 @@ class Runner:
 
     # ---- the driver ------------------------------------------------------------------
 
-    def _acquire(self):
-        conn = self.pool.getconn()
+    def _acquire(self, second=False):
+        # A request's second connection from pg_idem's own pool does not wait for the bound.
+        conn = (self.pool.getconn(overflow=True) if second and isinstance(self.pool, SimplePool)
+                else self.pool.getconn())
         try:
             if not conn.autocommit:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -251,7 +256,7 @@ class Runner:
                 cur = op.conn.execute(op.sql, op.params, prepare=False)
             return cur.fetchone() if cur.description else None
         if isinstance(op, e.Acquire):
-            return self._acquire()
+            return self._acquire(op.second)
         if isinstance(op, e.Release):
             return self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):

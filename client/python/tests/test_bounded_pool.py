@@ -67,3 +67,32 @@ def test_a_pool_that_stays_exhausted_answers_with_an_error():
     except psycopg.OperationalError as e:
         assert "max_size 1" in str(e)
     assert time.monotonic() - t0 >= 0.2
+
+
+def test_fenced_requests_holding_every_connection_still_get_their_second(dsn):
+    """Fenced mode holds the claim's connection and takes a second for the
+    transaction: with every connection of the bound held by claim holders,
+    waiting for a second one would starve them all (until the pool's
+    timeout, then 500s). The second one is given beyond the bound."""
+    from pg_idem import Runner
+
+    pool = SimplePool(dsn, max_size=2, timeout=1)
+    runner = Runner(pool)
+    gate = threading.Barrier(6)
+    results = [None] * 6
+
+    def pay(tx, claim):
+        tx.execute("SELECT 1")
+        return Response(201, [], b"paid")
+
+    def one(i):
+        gate.wait()
+        results[i] = runner.run_fenced(Request("u", "POST", "/fenced-bound", [str(uuid.uuid4())], b"{}"), pay)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.response.status for r in results] == [201] * 6
+    assert pool._open <= 4
+    pool.close()
