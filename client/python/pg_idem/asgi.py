@@ -105,7 +105,7 @@ class IdempotencyMiddleware:
         async def checked_send(message):
             if refused and message["type"].startswith("lifespan.startup."):
                 if len(refused) == 1:  # once: the app's own "failed" that follows is dropped
-                    log.error("%s", refused[0])
+                    # The server logs the message (uvicorn: "ERROR: pg_idem: ... -- fix: ...").
                     refused.append(None)
                     await send({"type": "lifespan.startup.failed", "message": str(refused[0])})
                 raise refused[0]  # the server stops (uvicorn: "Application startup failed. Exiting.")
