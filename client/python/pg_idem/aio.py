@@ -25,14 +25,20 @@ class AsyncSimplePool:
         self.max_idle = max_size if max_idle is None else max_idle
         self.kwargs = utf8_kwargs(conninfo, kwargs)
         self._idle, self._open = [], 0
-        self._cond = None  # made in the loop that first uses the pool
+        self._cond = self._loop = None
+
+    def _bind(self):
+        """The condition of the running loop (a test client may run each
+        request in a loop of its own)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._cond, self._loop = asyncio.Condition(), loop
 
     async def getconn(self, overflow=False):
         """A connection; overflow: at once, even with max_size out (a
         request's second connection: the runner holds at most one per
         request beyond the bound, so at most 2 * max_size are open)."""
-        if self._cond is None:
-            self._cond = asyncio.Condition()
+        self._bind()
         deadline = time.monotonic() + self.timeout
         async with self._cond:
             while True:
@@ -59,8 +65,7 @@ class AsyncSimplePool:
 
     async def putconn(self, conn):
         keep = not (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE)
-        if self._cond is None:
-            self._cond = asyncio.Condition()
+        self._bind()
         async with self._cond:
             if keep and len(self._idle) < self.max_idle:
                 self._idle.append(conn)
