@@ -42,7 +42,7 @@ IDEM_PACKAGES="make gcc g++ cmake pkg-config postgresql-$DEBIAN_PG_MAJOR
 postgresql-server-dev-$DEBIAN_PG_MAJOR postgresql-client-$DEBIAN_PG_MAJOR libpq-dev libssl-dev
 libipc-run-perl libgtest-dev nlohmann-json3-dev libcpp-httplib-dev
 python3 python3-psycopg python3-psycopg-pool python3-pytest python3-starlette
-python3-fastapi python3-flask python3-httpx python3-uvicorn
+python3-fastapi python3-flask python3-httpx python3-uvicorn python3-prometheus-client
 python3-setuptools python3-wheel python3-venv python3-pip nodejs
 pgbouncer postgresql-$DEBIAN_PG_MAJOR-plproxy postgresql-$DEBIAN_PG_MAJOR-auto-failover
 prometheus-postgres-exporter clang-tools valgrind"

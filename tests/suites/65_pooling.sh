@@ -6,7 +6,9 @@
 #   * the C++ client's integration tests (lease, fenced, in-transaction,
 #     processes, followers and their wait budget; inbox, outbox drainer,
 #     reconciler) with unnamed statements (PG_IDEM_TEST_POOLER);
-#   * the psql and Python examples.
+#   * the psql and Python examples;
+#   * the Python storm (tests/pooling/python_storm.py): the one-line
+#     FastAPI setup with its defaults behind its own PgBouncer, pool 5.
 #
 # Left out, because the test itself needs a session of its own (not the
 # client): tests that freeze a COMMIT with a session-level advisory lock
@@ -87,5 +89,20 @@ suite_pooling() {
             count "pooling: example $name" 0 1
         fi
     done
+
+    # The Python client's one-line FastAPI setup, with its defaults, behind
+    # a PgBouncer of its own with a pool of 5: 20 duplicates of a 300 ms handler.
+    if [ -f "$WORK/src/tests/pooling/python_storm.py" ]; then
+        say "pooling: Python one-line FastAPI setup, 20 duplicates behind PgBouncer (pool 5)"
+        if as_run_user timeout 300 "${PYTHON:-/usr/bin/python3}" "$WORK/src/tests/pooling/python_storm.py" \
+                --dsn "host=$WORK port=$PGPORT user=$PGUSER dbname=postgres" --pgbouncer "$PGBOUNCER" \
+                >"$log.pystorm" 2>&1; then
+            cat "$log.pystorm"
+            count "pooling: Python storm" 1 0
+        else
+            cat "$log.pystorm"
+            count "pooling: Python storm" 0 1
+        fi
+    fi
     stop_pgbouncer
 }

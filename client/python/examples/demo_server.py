@@ -83,7 +83,7 @@ def parse_payment(headers, body):
 
 class Service:
     def __init__(self, opts):
-        self.pool = SimplePool(opts.dsn, max_idle=16)
+        self.pool = SimplePool(opts.dsn, max_size=64, max_idle=16)  # the storm sends 50 at once
         self.runner = Runner(self.pool, Config(lease=10.0, follower_wait_budget=opts.wait_budget_ms / 1000.0,
                                                failure_cooldown=opts.cooldown_ms / 1000.0, retry_after=1.0))
         self.executions = 0

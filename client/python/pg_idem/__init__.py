@@ -11,14 +11,15 @@ from .config import IETF, SEED, Config, ConfigError
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response, classify,
                    is_never_stored, problem, problems)
 from .key import InvalidKey, KeyStatus, cache_key, check_key, check_key_header, request_hash
+from ._checks import ErrorReport, StoreMisconfigured
 from ._engine import ClaimContext, Request, RunResult
 from .runner import RetryRequest, Runner, SimplePool
 
-__version__ = "0.3.0"
+__version__ = "0.5.0"
 
 __all__ = [
     "Config", "ConfigError", "RetryRequest", "IETF", "SEED", "Runner", "SimplePool", "Request", "Response",
     "RunResult", "ClaimContext", "classify", "FINALIZE", "RELEASE", "FAIL", "REPLAY_HEADER",
     "HeaderAllowlist", "is_never_stored", "problem", "problems", "KeyStatus", "InvalidKey",
-    "cache_key", "check_key", "check_key_header", "request_hash",
+    "cache_key", "check_key", "check_key_header", "request_hash", "ErrorReport", "StoreMisconfigured",
 ]

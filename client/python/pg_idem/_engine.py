@@ -16,73 +16,31 @@ import time
 
 import psycopg
 
+from . import protocol
+from ._checks import Reporter, log, verify
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
 from .key import KeyStatus, cache_key, check_key_header, request_hash
+# The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
+from ._ops import (PREPARED_STATEMENT_ERRORS, Acquire, CallHandler, Query, Release, Sleep,  # noqa: F401
+                   StartKeeper, StopKeeper, unprepared_retry)
 # _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
 from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
 
-# A statement the server session does not have (26000) or has already
-# under that name (42P05): what a transaction-mode pooler does to psycopg's
-# prepared statements. The same statement sent unprepared works.
-PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
+# What a framework answers when a request's body or parameters do not
+# validate (400: Flask, Express; 422: FastAPI, the IETF draft).
+VALIDATION_STATUSES = (400, 422)
 # How many times a result whose handler has run is sent (each failure
 # settled by reading the key) before it is left to its lease.
 STORE_ATTEMPTS = 3
+# The longest a follower waits inside one idem_claim / idem_begin call.
+# 0.1 s: behind PgBouncer (pool 5) 20 duplicates of a 300 ms handler were
+# answered after 0.62-0.70 s (0.47-0.63 s direct); 0.25 s took 1.1 s, and a
+# whole budget's wait 15 s with 409s.
+WAIT_SLICE = 0.1
 ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
              "serializable": "SERIALIZABLE"}
-
-
-# ---- what the drivers do for the engine ----------------------------------------
-
-@dataclasses.dataclass
-class Query:
-    """Run one statement on conn; the driver sends back its first row (or None).
-
-    prepare is psycopg's: None leaves it to the connection (prepare_threshold),
-    False sends the statement unprepared."""
-    conn: object
-    sql: str
-    params: tuple = None
-    prepare: bool = None
-
-
-@dataclasses.dataclass
-class Acquire:
-    """A connection from the pool, in autocommit, no transaction open."""
-
-
-@dataclasses.dataclass
-class Release:
-    """Give conn back to the pool as it was; discard: close it first (the pool drops it)."""
-    conn: object
-    discard: bool = False
-
-
-@dataclasses.dataclass
-class Sleep:
-    seconds: float
-
-
-@dataclasses.dataclass
-class CallHandler:
-    """Call fn(*args) (awaiting it when it returns an awaitable); send back its value."""
-    fn: object
-    args: tuple
-
-
-@dataclasses.dataclass
-class StartKeeper:
-    """Renew the claim on conn every renew_interval until StopKeeper; send back the keeper."""
-    conn: object
-    cache_key: bytes
-    claim_id: str
-
-
-@dataclasses.dataclass
-class StopKeeper:
-    keeper: object
 
 
 # ---- results ------------------------------------------------------------------------
@@ -141,14 +99,21 @@ class RunResult:
     outcome_unknown: bool = False
     generation: int = 0
     error: BaseException = None
+    # The claim's lifecycle events in this run (the metrics' event label):
+    # claimed recovered_ttl recovered_abandoned pending_wait retryable_cooldown
+    # lease_stolen finalize_error release_error unknown_outcome finalized
+    events: list = dataclasses.field(default_factory=list)
 
 
 class _Call:
     """Per request state."""
 
     def __init__(self, cfg, req):
-        self.ck = cache_key(req.principal, req.method, req.target, req.keys[0])
-        self.rh = request_hash(req.body)
+        # The namespace (a service's name) goes with the method: a method
+        # is a token without spaces, so "payments POST" is no other pair's.
+        method = req.method if cfg.namespace is None else cfg.namespace + " " + req.method
+        self.ck = cache_key(req.principal, method, req.target, req.keys[0])
+        self.rh = request_hash(req.body if cfg.fingerprint is None else cfg.fingerprint(req.body))
         self.deadline = time.monotonic() + cfg.follower_wait_budget
         self.iterations = 0
         self.backoff = cfg.poll_min
@@ -179,10 +144,14 @@ def _sqlstate(e):
 class Engine:
     """The protocol; shared (and thread safe) between the requests of one runner."""
 
-    def __init__(self, cfg=None):
+    def __init__(self, cfg=None, on_error=None, metrics=None):
         self.cfg = cfg or Config()
         if not isinstance(self.cfg, Config):
             raise TypeError("cfg must be a pg_idem.Config")
+        if on_error is not None and not callable(on_error):
+            raise TypeError("on_error must be callable (it is given a pg_idem.ErrorReport)")
+        self.reporter = Reporter(on_error)
+        self.metrics = metrics
         self.allow = HeaderAllowlist(self.cfg.replay_headers)
         self.sql = Statements(self.cfg.schema)
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
@@ -202,7 +171,9 @@ class Engine:
         return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), "failed")
 
     def timed_out(self, c):
-        return self.answer(c, problems.in_progress(self.cfg.profile, self.cfg.retry_after), "timeout")
+        """The answer of a follower whose wait budget ran out (the protocol's in_progress)."""
+        o = protocol.OUTCOMES["in_progress"]
+        return self.answer(c, problems.by_name(o.problem, self.cfg.profile, self.cfg.retry_after), o.result)
 
     def prepare(self, req):
         """(early answer, call): the answer when the request goes no further;
@@ -219,15 +190,53 @@ class Engine:
             return None, None
         return None, _Call(self.cfg, req)
 
-    def capabilities(self, conn):
-        """Checks once per runner whether the server waits for followers itself."""
-        if self.server_wait is None:
-            if self.cfg.server_wait is False:
-                self.server_wait = (False, False)
-            else:
-                t = yield Query(conn, self.sql.capabilities)
-                self.server_wait = (bool(t[0]), bool(t[1])) if t else (False, False)
+    def classify(self, status):
+        """The protocol's storage rule, but for the validation failures (400,
+        422) under Config.client_errors="release" (the default, as Stripe):
+        not stored, so that the corrected retry with the same key runs."""
+        action = classify(status)
+        if action == FINALIZE and status in VALIDATION_STATUSES and self.cfg.client_errors == "release":
+            return RELEASE
+        return action
+
+    def capabilities(self, conn, again=False):
+        """Checks once per runner (until it passes) that the extension is
+        there, new enough, callable by this role and on its path, and
+        whether the server waits for followers itself; raises
+        StoreMisconfigured with the fix when it is not usable."""
+        if self.server_wait is None or again:
+            t = yield Query(conn, self.sql.preflight, None, False)
+            caps = verify(t, self.cfg, conn.info.dbname)
+            self.server_wait = (False, False) if self.cfg.server_wait is False else caps
         return self.server_wait
+
+    def check(self):
+        """Runner.check(): the first-use check, now, on a connection of the pool."""
+        conn = yield Acquire()
+        try:
+            yield from self.capabilities(conn, again=True)
+        finally:
+            yield Release(conn)
+
+    def observe(self, req, res):
+        """After a run: a store error is logged once per cause and handed to
+        on_error; the metrics count the outcome."""
+        if res is None:
+            return res
+        if res.error is not None:
+            self.reporter.report(res.error, req)
+        if res.lease_stolen and "lease_stolen" not in res.events:
+            res.events.append("lease_stolen")
+        if res.outcome_unknown and "unknown_outcome" not in res.events:
+            res.events.append("unknown_outcome")
+        if self.metrics is not None:
+            try:
+                self.metrics.on_outcome(res.outcome)
+                for name in res.events:
+                    self.metrics.on_event(name)
+            except Exception:  # counting must never change the answer
+                log.exception("pg_idem: the metrics hook raised")
+        return res
 
     def claim(self, c, conn, wait):
         caps = yield from self.capabilities(conn)
@@ -235,8 +244,14 @@ class Engine:
         lease = _ms_text(self.cfg.lease)
         if wait and caps[0]:
             # The server's own wait ends first; lock_timeout only guards it.
+            # In slices: a waiting follower holds a server connection only
+            # for a slice, so behind a transaction-mode pooler with fewer
+            # server connections than followers the winner still gets one
+            # to store its result (the server wakes a follower the moment
+            # the winner commits, so a slice costs no latency).
+            part = min(rem, WAIT_SLICE)
             t = yield Query(conn, self.sql.claim_wait,
-                            (_lock_timeout_text(rem + 1.0), c.ck, c.rh, lease, _ms_text(rem)))
+                            (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
         else:
             t = yield Query(conn, self.sql.claim, (_lock_timeout_text(rem), c.ck, c.rh, lease))
         return parse_row(t)
@@ -245,29 +260,24 @@ class Engine:
         return parse_row((yield Query(conn, self.sql.lookup, (c.ck, c.rh))))
 
     def on_row(self, c, row):
-        """A follower's answer, or "wait" / "claim"."""
-        p = self.cfg.profile
-        o = row.outcome
-        if o == "replay":
+        """A follower's answer, or "wait" / "claim": what the protocol's
+        OUTCOMES table says a client does with the row's outcome."""
+        o = protocol.OUTCOMES.get(row.outcome)
+        if o is None or o.action == "run":
+            # A win is the claim's (loop), never a follower's or a lookup's.
+            raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % row.outcome)
+        if o.action == "replay":
             headers = headers_from_json(row.headers_json)
             headers.append((REPLAY_HEADER, "true"))
             c.res.response = Response(row.status or 200, headers, row.body or b"")
             c.res.replayed = True
-            return self.finish(c, "replay")
-        if o == "not_replayable":
-            return self.answer(c, problems.not_replayable(p), "conflict")
-        if o == "mismatch":
-            return self.answer(c, problems.key_reused(p), "conflict")
-        if o == "expired":
-            return self.answer(c, problems.expired(p), "conflict")
-        if o == "cooldown":
+            return self.finish(c, o.result)
+        if o.action == "answer":
+            if o.name == "cooldown":
+                c.res.events.append("retryable_cooldown")
             ra = row.retry_after if row.retry_after is not None else self.cfg.retry_after
-            return self.answer(c, problems.cooldown(p, ra), "failed")
-        if o == "in_progress":
-            return "wait"
-        if o in ("absent", "claimable"):
-            return "claim"
-        raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % o)
+            return self.answer(c, problems.by_name(o.problem, self.cfg.profile, ra), o.result)
+        return o.action  # "wait" or "claim"
 
     def follow(self, c, row, server_wait):
         """The answer, or (claim?, wait in the server?) for the next round."""
@@ -279,6 +289,8 @@ class Engine:
             return n
         if n == "claim":
             return (True, False)
+        if "pending_wait" not in c.res.events:
+            c.res.events.append("pending_wait")
         if time.monotonic() >= c.deadline:
             return self.timed_out(c)
         if server_wait:
@@ -295,7 +307,7 @@ class Engine:
     def loop(self, c, conn, win, claim_first=True):
         do_claim, wait = claim_first, False
         while True:
-            c.iterations += 1
+            c.iterations += 0 if wait else 1  # slices of a wait are bounded by its deadline
             if c.iterations > self.cfg.max_iterations:
                 return self.timed_out(c)
             try:
@@ -311,6 +323,7 @@ class Engine:
             except psycopg.Error as e:
                 return self.unavailable(c, e)
             if do_claim and row.won:
+                c.res.events.append(row.outcome)  # claimed, recovered_ttl, recovered_abandoned
                 return (yield from win(row))
             caps = self.server_wait or (False, False)
             n = yield from self.follow(c, row, caps[0])
@@ -323,7 +336,7 @@ class Engine:
         fresh = None
         try:
             if conn is None or conn.broken:
-                conn = fresh = yield Acquire()
+                conn = fresh = yield Acquire(second=True)
             if action == FAIL:
                 t = yield Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)))
             else:
@@ -332,6 +345,7 @@ class Engine:
                 c.res.lease_stolen = True
         except psycopg.Error as e:
             c.res.error = c.res.error or e
+            c.res.events.append("release_error")
         finally:
             if fresh is not None:
                 yield Release(fresh)
@@ -351,7 +365,7 @@ class Engine:
         still ours (and gives it a full lease). Unprepared: a statement cache
         the server session does not share may be what failed."""
         try:
-            conn = yield Acquire()
+            conn = yield Acquire(second=True)
         except psycopg.Error as e:
             c.res.error = c.res.error or e
             return "unknown", None
@@ -408,7 +422,7 @@ class Engine:
         return self.finish(c, c.res.outcome)
 
     def store_lease(self, c, conn, row, resp):
-        action = classify(resp.status)
+        action = self.classify(resp.status)
         if action != FINALIZE:
             yield from self.give_up(c, conn, row.claim_id, action)
             c.res.outcome = "failed" if action == FAIL else "won_completed"
@@ -425,10 +439,11 @@ class Engine:
             fresh = None
             try:
                 if target is None or target.broken:
-                    target = fresh = yield Acquire()
+                    target = fresh = yield Acquire(second=True)
                 t = yield Query(target, self.sql.finalize, params, prepare)
             except psycopg.Error as e:
                 c.res.error = e
+                c.res.events.append("finalize_error")
                 discard = target is not None and (target.broken or _sqlstate(e) in PREPARED_STATEMENT_ERRORS)
                 if fresh is not None:
                     yield Release(fresh, discard)
@@ -454,6 +469,7 @@ class Engine:
                 c.res.lease_stolen, c.res.outcome = True, "won_completed"
                 return
             c.res.outcome = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
+            c.res.events.append("finalized")
             return
         c.res.outcome_unknown, c.res.outcome = True, "failed"
 
@@ -519,7 +535,7 @@ class Engine:
         todo, action, result, resp, err = "give_up", FAIL, "failed", None, None
         for attempt in range(1, self.cfg.transaction_attempts + 1):
             try:
-                tx = yield Acquire()
+                tx = yield Acquire(second=True)
             except psycopg.Error as e:
                 err = e
                 break
@@ -540,7 +556,7 @@ class Engine:
                 # the transaction" (40001 / 40P01) and a lost claim (IL001).
                 committing = False
                 try:
-                    action = classify(resp.status)
+                    action = self.classify(resp.status)
                     if action == FAIL:
                         yield from self.rollback_quietly(tx)  # a failure leaves none of its writes behind
                         break
@@ -555,6 +571,7 @@ class Engine:
                     committing = True
                     yield Query(tx, "COMMIT", None, False)
                     result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
+                    c.res.events.append("finalized")
                     todo = "done"
                     break
                 except psycopg.Error as e:
@@ -567,6 +584,7 @@ class Engine:
                     if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
                         continue
                     c.res.error, todo = e, "pending"
+                    c.res.events.append("finalize_error")
                     if committing and broken:
                         # The COMMIT was in flight: read the key, never re-run.
                         state, probe = yield from self.settle(c, row.claim_id, row.generation)
@@ -628,7 +646,7 @@ class Engine:
     def in_tx_loop(self, c, conn, handler, isolation):
         do_claim, wait, attempts = True, False, 0
         while True:
-            c.iterations += 1
+            c.iterations += 0 if wait else 1
             if c.iterations > self.cfg.max_iterations:
                 return self.timed_out(c)
             in_tx = False
@@ -644,8 +662,9 @@ class Engine:
                     # Duplicates wait inside idem_begin for the first
                     # transaction, bounded by the budget.
                     if wait and caps[1]:
+                        part = min(rem, WAIT_SLICE)  # in slices, as claim()'s
                         t = yield Query(conn, self.sql.begin_wait,
-                                        (_lock_timeout_text(rem + 1.0), c.ck, c.rh, lease, _ms_text(rem)))
+                                        (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
                     else:
                         t = yield Query(conn, self.sql.begin, (_lock_timeout_text(rem), c.ck, c.rh, lease))
                     row = parse_row(t)
@@ -666,6 +685,7 @@ class Engine:
                 return self.unavailable(c, e)
 
             if do_claim and row.won:
+                c.res.events.append(row.outcome)
                 c.res.generation = row.generation
                 ctx = ClaimContext(row.generation, row.claim_id, c.ck)
                 try:
@@ -687,7 +707,7 @@ class Engine:
                 # handler again in this call (but for the server's own "retry
                 # the transaction", 40001 / 40P01, which rolled everything back).
                 try:
-                    action = classify(resp.status)
+                    action = self.classify(resp.status)
                     setting = None
                     # Unprepared: no statement cache may abort the handler's transaction.
                     if action == FINALIZE:
@@ -712,11 +732,13 @@ class Engine:
                     # (duplicates waiting in idem_begin are not run at once)
                     # and tell the caller that its result was not stored.
                     c.res.error = e
+                    c.res.events.append("finalize_error")
                     c.res.outcome_unknown = conn.broken
                     yield from self.keep_cooldown(c, conn, row.claim_id)
                     return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed")
                 c.res.response = resp
                 if action == FINALIZE:
+                    c.res.events.append("finalized")
                     return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")
                 return self.finish(c, "failed" if action == FAIL else "won_completed")
 

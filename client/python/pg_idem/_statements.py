@@ -7,7 +7,10 @@ import re
 
 import psycopg
 
-WON = ("claimed", "recovered_ttl", "recovered_abandoned")
+from . import protocol
+from ._checks import preflight_sql
+
+WON = tuple(o.name for o in protocol.OUTCOMES.values() if o.role == "win")
 
 
 @dataclasses.dataclass
@@ -87,16 +90,8 @@ class Statements:
                          "'idem.max_response_bytes', '0', true) END AS forced) s")
         self.release = "SELECT " + p + "idem_release(%s::bytea, %s::uuid)"
         self.fail = "SELECT " + p + "idem_fail(%s::bytea, %s::uuid, %s::interval)"
-        # Does the server have the 4-argument (waiting) functions?
-        self.capabilities = (
-            "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false), "
-            "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) "
-            "FROM pg_catalog.pg_extension e "
-            "JOIN pg_catalog.pg_depend d ON d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass "
-            " AND d.refobjid = e.oid AND d.deptype = 'e' "
-            " AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
-            "JOIN pg_catalog.pg_proc p ON p.oid = d.objid "
-            "WHERE e.extname = 'pg_idem'")
+        # The extension as this role sees it (pg_idem._checks.verify reads it).
+        self.preflight = preflight_sql()
 
 
 def _text(v):

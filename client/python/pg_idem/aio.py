@@ -3,48 +3,89 @@
 import asyncio
 import functools
 import inspect
+import time
 
 import psycopg
 from psycopg import pq
 
 from . import _engine as e
 from .config import Config
-from .runner import RetryRequest, utf8_kwargs
+from .runner import RetryRequest, _exhausted, utf8_kwargs
 
 
 class AsyncSimplePool:
-    """A small asyncio connection pool (psycopg_pool.AsyncConnectionPool works
-    as well: the runner only awaits getconn() and putconn()); client_encoding
-    UTF8 as pg_idem.SimplePool's."""
+    """A small bounded asyncio connection pool (psycopg_pool.AsyncConnectionPool
+    works as well: the runner only awaits getconn() and putconn()); max_size,
+    timeout and client_encoding UTF8 as pg_idem.SimplePool's."""
 
-    def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
-        self._idle = []
+    def __init__(self, conninfo="", max_size=10, timeout=5.0, max_idle=None, **kwargs):
+        if not isinstance(max_size, int) or max_size < 1:
+            raise ValueError("pg_idem.aio.AsyncSimplePool: max_size must be a positive integer")
+        self.conninfo, self.max_size, self.timeout = conninfo, max_size, timeout
+        self.max_idle = max_size if max_idle is None else max_idle
+        self.kwargs = utf8_kwargs(conninfo, kwargs)
+        self._idle, self._open = [], 0
+        self._cond = self._loop = None
 
-    async def getconn(self):
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                return conn
-            await conn.close()
-        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+    def _bind(self):
+        """The condition of the running loop (a test client may run each
+        request in a loop of its own)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._cond, self._loop = asyncio.Condition(), loop
+
+    async def getconn(self, overflow=False):
+        """A connection; overflow: at once, even with max_size out (a
+        request's second connection: the runner holds at most one per
+        request beyond the bound, so at most 2 * max_size are open)."""
+        self._bind()
+        deadline = time.monotonic() + self.timeout
+        async with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                        return conn
+                    await conn.close()
+                    self._open -= 1
+                if overflow or self._open < self.max_size:
+                    self._open += 1
+                    break
+                try:
+                    await asyncio.wait_for(self._cond.wait(), max(0.0, deadline - time.monotonic()))
+                except asyncio.TimeoutError:
+                    raise _exhausted(self) from None
+        try:
+            return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
+        except BaseException:
+            async with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
 
     async def putconn(self, conn):
-        if (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE
-                or len(self._idle) >= self.max_idle):
-            await conn.close()
-            return
-        self._idle.append(conn)
+        keep = not (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE)
+        self._bind()
+        async with self._cond:
+            if keep and len(self._idle) < self.max_idle:
+                self._idle.append(conn)
+                self._cond.notify()
+                return
+            self._open -= 1
+            self._cond.notify()
+        await conn.close()
 
     async def close(self):
         idle, self._idle = self._idle, []
+        self._open -= len(idle)
         for conn in idle:
             await conn.close()
 
 
 def _pool_of(source):
     if isinstance(source, str):
-        return AsyncSimplePool(source)
+        # Pooler-safe, as pg_idem.runner's: no prepared statements on the dsn= pool's connections.
+        return AsyncSimplePool(source, prepare_threshold=None)
     if hasattr(source, "getconn") and hasattr(source, "putconn"):
         return source
     raise TypeError("pass a conninfo string, a pg_idem.aio.AsyncSimplePool or a "
@@ -91,23 +132,35 @@ class _Keeper:
 class AsyncRunner:
     """The asyncio twin of pg_idem.Runner; handlers may be coroutines."""
 
-    def __init__(self, pool, config=None):
+    def __init__(self, pool, config=None, *, on_error=None, metrics=None):
+        """on_error(report): called with a pg_idem.ErrorReport for every store
+        error (each cause is also logged once to the "pg_idem" logger);
+        metrics: a pg_idem.metrics.PrometheusMetrics (or anything with
+        on_outcome(name) and on_event(name))."""
         self.pool = _pool_of(pool)
-        self.engine = e.Engine(config or Config())
+        self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
 
     @property
     def config(self):
         return self.engine.cfg
 
+    async def check(self):
+        """The check the first request makes, now (call it at start-up):
+        the extension is installed, new enough, callable by this role and on
+        its search_path, and Config.lease is within idem.max_lease. Raises
+        pg_idem.StoreMisconfigured saying what to fix, or the connection's
+        error."""
+        return await self._drive(self.engine.check())
+
     async def run(self, request, handler):
-        return await self._drive(self.engine.run(request, handler))
+        return self.engine.observe(request, await self._drive(self.engine.run(request, handler)))
 
     async def run_fenced(self, request, handler, isolation=None):
-        return await self._drive(self.engine.run_fenced(request, handler, isolation))
+        return self.engine.observe(request, await self._drive(self.engine.run_fenced(request, handler, isolation)))
 
     async def run_in_transaction(self, request, handler, isolation=None):
-        return await self._drive(self.engine.run_in_transaction(request, handler, isolation))
+        return self.engine.observe(request, await self._drive(self.engine.run_in_transaction(request, handler, isolation)))
 
     def idempotent(self, mode="lease", isolation=None):
         """Decorator, as pg_idem.Runner.idempotent, for async functions."""
@@ -126,8 +179,10 @@ class AsyncRunner:
             return call
         return wrap
 
-    async def _acquire(self):
-        conn = await self.pool.getconn()
+    async def _acquire(self, second=False):
+        # A request's second connection from pg_idem's own pool does not wait for the bound.
+        conn = await (self.pool.getconn(overflow=True) if second and isinstance(self.pool, AsyncSimplePool)
+                else self.pool.getconn())
         try:
             if not conn.autocommit:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -153,10 +208,15 @@ class AsyncRunner:
 
     async def _do(self, op):
         if isinstance(op, e.Query):
-            cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            try:
+                cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            except psycopg.Error as exc:
+                if not e.unprepared_retry(op, exc):
+                    raise
+                cur = await op.conn.execute(op.sql, op.params, prepare=False)
             return (await cur.fetchone()) if cur.description else None
         if isinstance(op, e.Acquire):
-            return await self._acquire()
+            return await self._acquire(op.second)
         if isinstance(op, e.Release):
             return await self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):
@@ -194,17 +254,17 @@ class AsyncRunner:
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         if mode == "lease":
-            return _AsyncClaimScope(self, self.engine.run(request, None))
+            return _AsyncClaimScope(self, request, self.engine.run(request, None))
         if mode == "fenced":
-            return _AsyncClaimScope(self, self.engine.run_fenced(request, None, isolation))
-        return _AsyncClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+            return _AsyncClaimScope(self, request, self.engine.run_fenced(request, None, isolation))
+        return _AsyncClaimScope(self, request, self.engine.run_in_transaction(request, None, isolation))
 
 
 class _AsyncClaimScope:
     """Drives the protocol up to the handler, lets the async with block be it, then finishes."""
 
-    def __init__(self, runner, gen):
-        self._runner, self._gen = runner, gen
+    def __init__(self, runner, request, gen):
+        self._runner, self._request, self._gen = runner, request, gen
         self.answer = self.result = self.claim = self.conn = None
         self._response = None
         self._open = False
@@ -215,7 +275,7 @@ class _AsyncClaimScope:
     async def __aenter__(self):
         kind, value = await self._runner._advance(self._gen, stop_at_handler=True)
         if kind == "done":
-            self.result, self.answer = value, value.response
+            self.result, self.answer = self._runner.engine.observe(self._request, value), value.response
             return self
         self._open = True
         if len(value.args) == 1:
@@ -242,6 +302,6 @@ class _AsyncClaimScope:
                     return False
                 raise
             if out[0] == "done":
-                self.result = out[1]
+                self.result = self._runner.engine.observe(self._request, out[1])
                 return False
             kind, v = "error", RetryRequest("the request must run again (retry it with the same key)")

@@ -9,10 +9,15 @@ without a key pass through unguarded (or get 400 with key_required=True).
 The response is buffered (no streaming) so that it can be stored.
 """
 
+import logging
+
+from ._checks import StoreMisconfigured
 from .aio import AsyncRunner
-from .config import Config
+from .config import with_options
 from ._engine import Request
 from .http import Response
+
+log = logging.getLogger("pg_idem")
 
 CLAIM = "pg_idem.claim"   # scope key: the ClaimContext the app runs under
 CONN = "pg_idem.conn"     # scope key: the transaction's connection (fenced, in_transaction)
@@ -26,7 +31,7 @@ def header(name):
         for k, v in scope.get("headers", ()):
             if k == raw:
                 return v.decode("latin-1")
-        return ""
+        return None  # no principal: the request runs unguarded
     return principal
 
 
@@ -34,38 +39,93 @@ def authenticated_user(scope):
     """The principal of Starlette's AuthenticationMiddleware: scope["user"].identity."""
     user = scope.get("user")
     identity = getattr(user, "identity", None) if user is not None else None
-    if not identity:
-        raise LookupError("pg_idem: no authenticated user in scope (AuthenticationMiddleware must run first)")
-    return str(identity)
+    return str(identity) if identity else None
 
 
 class IdempotencyMiddleware:
     """runner: an AsyncRunner (or dsn= / pool= with config=); principal(scope) ->
     the authenticated actor (required: without it one user's key would replay
-    another's response); mode "lease" (default), "fenced" or "in_transaction"
-    (the app finds the transaction's AsyncConnection in scope["pg_idem.conn"])."""
+    another's response; a request for which it gives None or "" goes to the
+    app unguarded, with one warning logged); mode "lease" (default),
+    "fenced" or "in_transaction" (the app finds the transaction's
+    AsyncConnection in scope["pg_idem.conn"]). namespace, fingerprint and
+    client_errors set the Config's (see pg_idem.Config); on_error and
+    metrics are the runner's; check_at_startup: the runner's check at the
+    ASGI lifespan start-up, which a misconfigured store fails."""
 
     def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
-                 methods=("POST", "PATCH"), mode="lease", key_required=False):
+                 methods=("POST", "PATCH"), mode="lease", key_required=False, on_error=None, metrics=None,
+                 check_at_startup=True, namespace=None, fingerprint=None, client_errors=None):
         if runner is None:
             if pool is None and dsn is None:
                 raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
-            runner = AsyncRunner(pool if pool is not None else dsn, config or Config())
+            runner = AsyncRunner(pool if pool is not None else dsn,
+                                 with_options(config, namespace, fingerprint, client_errors),
+                                 on_error=on_error, metrics=metrics)
+        elif (namespace, fingerprint, client_errors) != (None, None, None):
+            raise TypeError("with runner=, namespace, fingerprint and client_errors are the runner's Config")
+        self.check_at_startup = check_at_startup
+        self._warned = False
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         self.app, self.runner, self.mode = app, runner, mode
         if principal is None:
             raise TypeError("IdempotencyMiddleware needs principal=: the authenticated actor is part of the key "
-                            "(header(name), authenticated_user, or lambda scope: '' for a service without users)")
+                            "(header(name), authenticated_user, or lambda scope: 'my-service' for a service without users)")
         self.principal = principal
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
 
+    def _warn_unguarded(self):
+        if not self._warned:
+            self._warned = True
+            log.warning("pg_idem: a request with an Idempotency-Key has no principal (%s gave none): "
+                        "it runs unguarded; set the principal before the middleware (or use a fixed one "
+                        "for a service without users)", getattr(self.principal, "__name__", "principal"))
+
+    async def _lifespan(self, scope, receive, send):
+        """At the application's start-up, the runner's check: a store this
+        runner cannot use stops the start with what to fix (uvicorn exits),
+        instead of a 503 on every request. A server that cannot be reached
+        yet is logged and checked again by the first request."""
+        refused = []
+
+        async def checked_receive():
+            message = await receive()
+            if message["type"] == "lifespan.startup" and self.check_at_startup:
+                try:
+                    await self.runner.check()
+                except StoreMisconfigured as e:
+                    refused.append(e)
+                except Exception as e:  # the server may come up after the app
+                    log.warning("pg_idem: the store could not be checked at start-up (%s); "
+                                "the first request checks it again", str(e).strip().splitlines()[0])
+            return message
+
+        async def checked_send(message):
+            if refused and message["type"].startswith("lifespan.startup."):
+                if len(refused) == 1:  # once: the app's own "failed" that follows is dropped
+                    # The server logs the message (uvicorn: "ERROR: pg_idem: ... -- fix: ...").
+                    refused.append(None)
+                    await send({"type": "lifespan.startup.failed", "message": str(refused[0])})
+                raise refused[0]  # the server stops (uvicorn: "Application startup failed. Exiting.")
+            await send(message)
+        return await self.app(scope, checked_receive, checked_send)
+
     async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return await self._lifespan(scope, receive, send)
         if scope["type"] != "http" or scope["method"].upper() not in self.methods:
             return await self.app(scope, receive, send)
         keys = [v for k, v in scope.get("headers", ()) if k.lower() == b"idempotency-key"]
         if not keys and not self.key_required:
+            return await self.app(scope, receive, send)
+        principal = self.principal(scope)
+        if not principal:
+            # No authenticated actor: never the key of a shared "" actor. The
+            # request goes to the app unguarded, which answers it as it would
+            # without the middleware (its own 401, typically).
+            self._warn_unguarded()
             return await self.app(scope, receive, send)
 
         limit = self.runner.config.max_request_body_bytes
@@ -81,7 +141,7 @@ class IdempotencyMiddleware:
         target = scope.get("raw_path") or scope.get("path", "/").encode("utf-8")
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
-        req = Request(self.principal(scope), scope["method"].upper(), target.decode("latin-1"),
+        req = Request(principal, scope["method"].upper(), target.decode("latin-1"),
                       keys, body, self.key_required)
 
         async def call_app(claim, conn=None):

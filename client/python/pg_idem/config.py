@@ -1,12 +1,16 @@
 """The runner's configuration, validated when it is made (the C++ client's defaults)."""
 
 import dataclasses
+import datetime
 import re
 
 from .http import is_never_stored
 
-IETF = "ietf"
-SEED = "seed"
+from . import protocol
+
+IETF, SEED = protocol.PROFILES
+DURATIONS = ("lease", "renew_interval", "follower_wait_budget", "poll_min", "poll_max", "retry_after",
+             "failure_cooldown")
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
 
 
@@ -20,7 +24,11 @@ def _ms(v):
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Durations are in seconds (floats). ``Config()`` is valid as it is.
+    """Durations are seconds (int or float) or datetime.timedelta, as
+    Python's own time.sleep and asyncio take them (Node's client takes
+    milliseconds, as JavaScript's timers do). ``Config()`` is valid as it
+    is; the first request (or Runner.check()) also checks the lease against
+    the server's idem.max_lease.
 
     lease                         claim lifetime without renewal (30 s)
     renew_interval                renewal period, < lease (default lease / 3)
@@ -37,6 +45,14 @@ class Config:
     schema                        schema of the pg_idem functions (None: search_path)
     server_wait                   None: use idem_claim(..., max_wait) when the server
                                   has it; False: always poll
+    namespace                     a service's name, part of every cache key, so that
+                                  services on one role and route never share keys
+    fingerprint                   body -> bytes: what the request hash is taken of
+                                  (pg_idem.fingerprint.canonical_json, json_fields(...));
+                                  None: the body's bytes
+    client_errors                 "release" (default): 400 and 422 (validation failures)
+                                  are not stored, a corrected retry with the key runs;
+                                  "store": stored and replayed, as the protocol's table says
     """
 
     lease: float = 30.0
@@ -55,19 +71,28 @@ class Config:
     replay_headers: tuple = ()
     schema: str = None
     server_wait: bool = None
+    namespace: str = None
+    fingerprint: object = None
+    client_errors: str = "release"
 
     def __post_init__(self):
         set_ = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731
+        for name in DURATIONS:
+            v = getattr(self, name)
+            if isinstance(v, datetime.timedelta):
+                set_(name, v.total_seconds())
         if self.renew_interval is None and _is_number(self.lease):
             set_("renew_interval", max(0.001, self.lease / 3.0))
         set_("replay_headers", tuple(str(h).lower() for h in (self.replay_headers or ())))
         self._check()
 
     def _check(self):
-        for name in ("lease", "renew_interval", "follower_wait_budget", "poll_min",
-                     "poll_max", "retry_after", "failure_cooldown", "poll_jitter"):
+        for name in DURATIONS:
             if not _is_number(getattr(self, name)):
-                raise ConfigError("pg_idem.Config: %s must be a number of seconds" % name)
+                raise ConfigError("pg_idem.Config: %s must be a number of seconds or a datetime.timedelta"
+                                  % name)
+        if not _is_number(self.poll_jitter):
+            raise ConfigError("pg_idem.Config: poll_jitter must be a number")
         for name in ("lease", "renew_interval", "follower_wait_budget", "poll_min",
                      "poll_max", "retry_after", "failure_cooldown"):
             v = getattr(self, name)
@@ -76,7 +101,8 @@ class Config:
         if self.lease < 0.010:
             raise ConfigError("pg_idem.Config: lease must be at least 10 ms (got %s)" % _ms(self.lease))
         if self.lease > 24 * 3600:
-            raise ConfigError("pg_idem.Config: lease must be at most 24 hours (got %s)" % _ms(self.lease))
+            raise ConfigError("pg_idem.Config: lease must be at most 24 hours (got %g s; durations are seconds "
+                              "or datetime.timedelta)" % self.lease)
         if self.renew_interval >= self.lease:
             raise ConfigError("pg_idem.Config: renew_interval (%s) must be shorter than lease (%s)"
                               % (_ms(self.renew_interval), _ms(self.lease)))
@@ -101,9 +127,26 @@ class Config:
         if self.schema is not None and (not isinstance(self.schema, str) or "\x00" in self.schema
                                         or not self.schema):
             raise ConfigError("pg_idem.Config: schema must be a non-empty name without NUL")
+        if self.namespace is not None and (not isinstance(self.namespace, str) or not self.namespace
+                                           or re.search(r"[\s\x00]", self.namespace)):
+            raise ConfigError("pg_idem.Config: namespace must be a non-empty name without spaces (got %r)"
+                              % (self.namespace,))
+        if self.fingerprint is not None and not callable(self.fingerprint):
+            raise ConfigError("pg_idem.Config: fingerprint must be a function of the body (bytes -> bytes)")
+        if self.client_errors not in ("release", "store"):
+            raise ConfigError("pg_idem.Config: client_errors must be 'release' or 'store' (got %r)"
+                              % (self.client_errors,))
         if self.server_wait not in (None, False, True):
             raise ConfigError("pg_idem.Config: server_wait must be None, True or False")
 
 
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def with_options(config, namespace=None, fingerprint=None, client_errors=None):
+    """config (or Config()) with the middleware's own options set where given."""
+    config = config or Config()
+    changes = {k: v for k, v in (("namespace", namespace), ("fingerprint", fingerprint),
+                                 ("client_errors", client_errors)) if v is not None}
+    return dataclasses.replace(config, **changes) if changes else config

@@ -1,18 +1,20 @@
-"""The HTTP side: response, status matrix, replay header allowlist and
-RFC 9457 problem details (the same as the C++ client's idem/http.hpp)."""
+"""The HTTP side: response, replay header allowlist and RFC 9457 problem
+details. The statuses, problems and storage rules are the protocol's
+(pg_idem.protocol, generated from extension/protocol/protocol.toml)."""
 
 import dataclasses
 import json
 import math
 
+from . import protocol
 from .key import KeyStatus, describe
 
 REPLAY_HEADER = "Idempotent-Replayed"
-PROBLEM_BASE = "urn:pg-idem:problem:"
+PROBLEM_BASE = protocol.PROBLEM_BASE
 
-FINALIZE = "finalize"   # 2xx, 400, 404, 409, 422: stored and replayed
-RELEASE = "release"     # 1xx, 3xx, 401, 403, other 4xx: not stored, key free at once
-FAIL = "fail"           # 5xx, 408, 429: not stored, key in cooldown
+# What the winner does with its handler's response: stored and replayed,
+# not stored with the key free at once, not stored with a cooldown.
+FINALIZE, RELEASE, FAIL = protocol.FINALIZE, protocol.RELEASE, protocol.FAIL
 
 DEFAULT_REPLAY_HEADERS = ("content-type", "content-disposition", "content-language",
                           "cache-control", "etag", "location")
@@ -46,14 +48,8 @@ class Response:
 
 
 def classify(status):
-    """What the winner does with its handler's response."""
-    if 200 <= status <= 299 or status in (400, 404, 409, 422):
-        return FINALIZE
-    if status in (408, 429) or 500 <= status <= 599:
-        return FAIL
-    if 100 <= status <= 499:
-        return RELEASE
-    return FAIL  # not an HTTP status: treat as a server error
+    """What the winner does with its handler's response (the protocol's storage rules)."""
+    return protocol.classify(status)
 
 
 def is_never_stored(name):
@@ -113,62 +109,58 @@ def problem(status, title, detail=None, type_=None, retry_after=None):
     return Response(status, headers, json.dumps(body, ensure_ascii=False))
 
 
-def _make(status, slug, title, detail, retry=None):
-    return problem(status, title, detail, PROBLEM_BASE + slug, retry)
+def _make(name, profile, retry_after=None, **fill):
+    """The protocol's problem `name` in `profile`; {key_status} and {limit} filled in."""
+    p = protocol.PROBLEMS[name]
+    return problem(p.status[profile], p.title, p.detail.format(**fill), protocol.PROBLEM_BASE + p.slug,
+                   retry_after if p.retry_after else None)
 
 
 class problems:
-    """The answers the runner gives instead of running the handler, per profile."""
+    """The answers the runner gives instead of running the handler, per profile
+    (extension/protocol/protocol.toml, through the generated pg_idem.protocol)."""
 
     @staticmethod
     def missing_key(profile):
-        return _make(400, "idempotency-key-missing", "Idempotency-Key header is missing",
-                     describe(KeyStatus.ABSENT))
+        return _make("missing_key", profile, key_status=describe(KeyStatus.ABSENT))
 
     @staticmethod
     def invalid_key(profile, why):
-        return _make(400, "idempotency-key-invalid", "Idempotency-Key header is invalid", describe(why))
+        return _make("invalid_key", profile, key_status=describe(why))
 
     @staticmethod
     def key_reused(profile):
-        return _make(422 if profile == "ietf" else 409, "idempotency-key-reused",
-                     "Idempotency-Key is already used for a different request",
-                     "This key was used with another request body. Use a new key for a new request.")
+        return _make("key_reused", profile)
 
     @staticmethod
     def in_progress(profile, retry_after):
-        return _make(409 if profile == "ietf" else 503, "request-in-progress",
-                     "A request with this Idempotency-Key is being processed",
-                     "Retry after the delay in Retry-After to get its response.", retry_after)
+        return _make("in_progress", profile, retry_after)
 
     @staticmethod
     def cooldown(profile, retry_after):
-        return _make(503, "request-failed-recently", "The last attempt with this Idempotency-Key failed",
-                     "Retry after the delay in Retry-After.", retry_after)
+        return _make("cooldown", profile, retry_after)
 
     @staticmethod
     def not_replayable(profile):
-        return _make(409, "response-not-replayable",
-                     "The request was completed but its response cannot be replayed",
-                     "The response was too large to store. Use a new key to repeat the request.")
+        return _make("not_replayable", profile)
 
     @staticmethod
     def expired(profile):
-        return _make(410, "idempotency-key-expired", "This Idempotency-Key has expired",
-                     "The request was completed too long ago for its response to be kept. "
-                     "Use a new key to repeat the request.")
+        return _make("expired", profile)
 
     @staticmethod
     def request_too_large(profile, limit):
-        return _make(413, "request-too-large", "Request body too large",
-                     "The request body is over %d bytes." % limit)
+        return _make("request_too_large", profile, limit=limit)
 
     @staticmethod
     def store_unavailable(profile, retry_after):
-        return _make(503, "idempotency-store-unavailable", "Idempotency store unavailable",
-                     "The request was not run. Retry after the delay in Retry-After.", retry_after)
+        return _make("store_unavailable", profile, retry_after)
 
     @staticmethod
     def outcome_unknown(profile, retry_after):
-        return _make(503, "outcome-unknown", "The outcome of this request is not known yet",
-                     "Retry with the same Idempotency-Key: the request will not be run twice.", retry_after)
+        return _make("outcome_unknown", profile, retry_after)
+
+    @staticmethod
+    def by_name(name, profile, retry_after=None):
+        """The problem the protocol names for an outcome (OUTCOMES[...].problem)."""
+        return _make(name, profile, retry_after)

@@ -8,35 +8,14 @@ The digests are byte-identical to the server's ``idem_key()`` and
     request hash = SHA-256(body)
 """
 
-import enum
 import hashlib
 import struct
 
-MAX_KEY_BYTES = 255
-_DOMAIN = b"pg_idem key v1"
+from . import protocol
 
-
-class KeyStatus(enum.Enum):
-    """What is wrong with the Idempotency-Key header(s) of a request, if anything."""
-
-    OK = "ok"
-    ABSENT = "absent"
-    EMPTY = "empty"
-    DUPLICATED = "duplicated"
-    TOO_LONG = "too_long"
-    CONTAINS_NUL = "contains_nul"
-    INVALID_UTF8 = "invalid_utf8"
-
-
-_DESCRIPTIONS = {
-    KeyStatus.OK: "The Idempotency-Key is valid.",
-    KeyStatus.ABSENT: "This operation requires an Idempotency-Key header.",
-    KeyStatus.EMPTY: "The Idempotency-Key header is empty.",
-    KeyStatus.DUPLICATED: "The request has more than one Idempotency-Key header.",
-    KeyStatus.TOO_LONG: "The Idempotency-Key is longer than 255 bytes.",
-    KeyStatus.CONTAINS_NUL: "The Idempotency-Key contains a NUL byte.",
-    KeyStatus.INVALID_UTF8: "The Idempotency-Key is not valid UTF-8.",
-}
+MAX_KEY_BYTES = protocol.MAX_KEY_BYTES
+_DOMAIN = protocol.KEY_DOMAIN.encode("utf-8")
+KeyStatus = protocol.KeyStatus
 
 
 class InvalidKey(ValueError):
@@ -45,7 +24,7 @@ class InvalidKey(ValueError):
 
 def describe(status):
     """A sentence for a problem-details ``detail`` member."""
-    return _DESCRIPTIONS[status]
+    return protocol.KEY_STATUS_DESCRIPTIONS[status]
 
 
 def _as_bytes(value):

@@ -3,6 +3,7 @@
 import functools
 import inspect
 import threading
+import time
 
 import psycopg
 import psycopg.conninfo
@@ -26,33 +27,62 @@ def utf8_kwargs(conninfo, kwargs):
 
 
 class SimplePool:
-    """A small connection pool (psycopg_pool.ConnectionPool works as well:
-    the runner only calls getconn() and putconn()).
+    """A small bounded connection pool (psycopg_pool.ConnectionPool works as
+    well: the runner only calls getconn() and putconn()).
 
-    Connections are opened on demand in autocommit, with client_encoding
-    UTF8 unless conninfo or kwargs set one, and kept up to max_idle."""
+    At most max_size connections are open (10: 150 duplicates at once used
+    to open 97 and met "remaining connection slots are reserved"); getconn
+    waits up to timeout seconds for one to come back, then raises
+    psycopg.OperationalError (the request is answered 503). Connections are
+    opened on demand in autocommit, with client_encoding UTF8 unless
+    conninfo or kwargs set one."""
 
-    def __init__(self, conninfo="", max_idle=16, **kwargs):
-        self.conninfo, self.max_idle, self.kwargs = conninfo, max_idle, utf8_kwargs(conninfo, kwargs)
-        self._idle, self._lock = [], threading.Lock()
+    def __init__(self, conninfo="", max_size=10, timeout=5.0, max_idle=None, **kwargs):
+        if not isinstance(max_size, int) or max_size < 1:
+            raise ValueError("pg_idem.SimplePool: max_size must be a positive integer")
+        self.conninfo, self.max_size, self.timeout = conninfo, max_size, timeout
+        self.max_idle = max_size if max_idle is None else max_idle
+        self.kwargs = utf8_kwargs(conninfo, kwargs)
+        self._idle, self._open = [], 0
+        self._cond = threading.Condition()
 
-    def getconn(self):
-        with self._lock:
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                    return conn
-                conn.close()
-        return psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
+    def getconn(self, overflow=False):
+        """A connection; overflow: at once, even with max_size out (a
+        request's second connection: the runner holds at most one per
+        request beyond the bound, so at most 2 * max_size are open)."""
+        deadline = time.monotonic() + self.timeout
+        with self._cond:
+            while True:
+                while self._idle:
+                    conn = self._idle.pop()
+                    if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                        return conn
+                    conn.close()
+                    self._open -= 1
+                if overflow or self._open < self.max_size:
+                    self._open += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _exhausted(self)
+                self._cond.wait(left)
+        try:
+            return psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
+        except BaseException:
+            with self._cond:
+                self._open -= 1
+                self._cond.notify()
+            raise
 
     def putconn(self, conn):
-        if conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE:
-            conn.close()
-            return
-        with self._lock:
-            if len(self._idle) < self.max_idle:
+        keep = not (conn.closed or conn.broken or conn.info.transaction_status != pq.TransactionStatus.IDLE)
+        with self._cond:
+            if keep and len(self._idle) < self.max_idle:
                 self._idle.append(conn)
+                self._cond.notify()
                 return
+            self._open -= 1
+            self._cond.notify()
         conn.close()
 
     def connection(self):
@@ -70,15 +100,24 @@ class SimplePool:
         return _Ctx()
 
     def close(self):
-        with self._lock:
+        with self._cond:
             idle, self._idle = self._idle, []
+            self._open -= len(idle)
         for conn in idle:
             conn.close()
 
 
+def _exhausted(pool):
+    return psycopg.OperationalError(
+        "pg_idem: no connection of the pool (max_size %d) came free within %g s" % (pool.max_size, pool.timeout))
+
+
 def _pool_of(source):
     if isinstance(source, str):
-        return SimplePool(source)
+        # Pooler-safe: a transaction-mode pooler (PgBouncer) gives each
+        # transaction any server session, where psycopg's prepared
+        # statements do not exist (26000) or clash (42P05).
+        return SimplePool(source, prepare_threshold=None)
     if hasattr(source, "getconn") and hasattr(source, "putconn"):
         return source
     raise TypeError("pass a conninfo string, a pg_idem.SimplePool or a psycopg_pool.ConnectionPool")
@@ -125,27 +164,39 @@ class Runner:
                             lambda claim: Response(201, [("Content-Type", "application/json")], b"{}"))
     """
 
-    def __init__(self, pool, config=None):
+    def __init__(self, pool, config=None, *, on_error=None, metrics=None):
+        """on_error(report): called with a pg_idem.ErrorReport for every store
+        error (each cause is also logged once to the "pg_idem" logger);
+        metrics: a pg_idem.metrics.PrometheusMetrics (or anything with
+        on_outcome(name) and on_event(name))."""
         self.pool = _pool_of(pool)
-        self.engine = e.Engine(config or Config())
+        self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
 
     @property
     def config(self):
         return self.engine.cfg
 
+    def check(self):
+        """The check the first request makes, now (call it at start-up):
+        the extension is installed, new enough, callable by this role and on
+        its search_path, and Config.lease is within idem.max_lease. Raises
+        pg_idem.StoreMisconfigured saying what to fix, or the connection's
+        error."""
+        return self._drive(self.engine.check())
+
     def run(self, request, handler):
         """Lease mode: handler(claim) -> Response, with no transaction open."""
-        return self._drive(self.engine.run(request, handler))
+        return self.engine.observe(request, self._drive(self.engine.run(request, handler)))
 
     def run_fenced(self, request, handler, isolation=None):
         """Claim first; handler(conn, claim) runs in a transaction on a second
         connection, in which the response is stored, fenced by the claim."""
-        return self._drive(self.engine.run_fenced(request, handler, isolation))
+        return self.engine.observe(request, self._drive(self.engine.run_fenced(request, handler, isolation)))
 
     def run_in_transaction(self, request, handler, isolation=None):
         """BEGIN; idem_begin; handler(conn, claim); idem_finalize; COMMIT."""
-        return self._drive(self.engine.run_in_transaction(request, handler, isolation))
+        return self.engine.observe(request, self._drive(self.engine.run_in_transaction(request, handler, isolation)))
 
     def idempotent(self, mode="lease", isolation=None):
         """Decorator: f(request, claim) for mode="lease", f(request, conn, claim)
@@ -168,8 +219,10 @@ class Runner:
 
     # ---- the driver ------------------------------------------------------------------
 
-    def _acquire(self):
-        conn = self.pool.getconn()
+    def _acquire(self, second=False):
+        # A request's second connection from pg_idem's own pool does not wait for the bound.
+        conn = (self.pool.getconn(overflow=True) if second and isinstance(self.pool, SimplePool)
+                else self.pool.getconn())
         try:
             if not conn.autocommit:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -195,10 +248,15 @@ class Runner:
 
     def _do(self, op):
         if isinstance(op, e.Query):
-            cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            try:
+                cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
+            except psycopg.Error as exc:
+                if not e.unprepared_retry(op, exc):
+                    raise
+                cur = op.conn.execute(op.sql, op.params, prepare=False)
             return cur.fetchone() if cur.description else None
         if isinstance(op, e.Acquire):
-            return self._acquire()
+            return self._acquire(op.second)
         if isinstance(op, e.Release):
             return self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):
@@ -252,10 +310,10 @@ class Runner:
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         if mode == "lease":
-            return _ClaimScope(self, self.engine.run(request, None))
+            return _ClaimScope(self, request, self.engine.run(request, None))
         if mode == "fenced":
-            return _ClaimScope(self, self.engine.run_fenced(request, None, isolation))
-        return _ClaimScope(self, self.engine.run_in_transaction(request, None, isolation))
+            return _ClaimScope(self, request, self.engine.run_fenced(request, None, isolation))
+        return _ClaimScope(self, request, self.engine.run_in_transaction(request, None, isolation))
 
 
 class RetryRequest(RuntimeError):
@@ -265,8 +323,8 @@ class RetryRequest(RuntimeError):
 class _ClaimScope:
     """Drives the protocol up to the handler, lets the with block be it, then finishes."""
 
-    def __init__(self, runner, gen):
-        self._runner, self._gen = runner, gen
+    def __init__(self, runner, request, gen):
+        self._runner, self._request, self._gen = runner, request, gen
         self.answer = self.result = self.claim = self.conn = None
         self._response = None
         self._open = False
@@ -277,7 +335,7 @@ class _ClaimScope:
     def _enter(self, state):
         kind, value = state
         if kind == "done":
-            self.result, self.answer = value, value.response
+            self.result, self.answer = self._runner.engine.observe(self._request, value), value.response
             return self
         self._open = True
         if len(value.args) == 1:
@@ -308,6 +366,6 @@ class _ClaimScope:
                     return False  # the block's own exception: let it go on
                 raise
             if out[0] == "done":
-                self.result = out[1]
+                self.result = self._runner.engine.observe(self._request, out[1])
                 return False
             state = ("error", RetryRequest("the request must run again (retry it with the same key)"))

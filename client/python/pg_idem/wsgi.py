@@ -9,11 +9,14 @@ is; the ASGI middleware and the other clients refuse it with 400.
 
 import http
 import io
+import logging
 
-from .config import Config
+from .config import with_options
 from ._engine import Request
 from .http import Response
 from .runner import Runner
+
+log = logging.getLogger("pg_idem")
 
 CLAIM = "pg_idem.claim"
 CONN = "pg_idem.conn"
@@ -22,15 +25,12 @@ CONN = "pg_idem.conn"
 def header(name):
     """A principal function that reads a request header."""
     env = "HTTP_" + name.upper().replace("-", "_")
-    return lambda environ: environ.get(env, "")
+    return lambda environ: environ.get(env) or None
 
 
 def remote_user(environ):
     """The principal a WSGI server or an auth middleware put in REMOTE_USER."""
-    user = environ.get("REMOTE_USER")
-    if not user:
-        raise LookupError("pg_idem: REMOTE_USER is not set")
-    return user
+    return environ.get("REMOTE_USER") or None
 
 
 class IdempotencyMiddleware:
@@ -39,20 +39,26 @@ class IdempotencyMiddleware:
     in_transaction) environ["pg_idem.conn"]."""
 
     def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
-                 methods=("POST", "PATCH"), mode="lease", key_required=False):
+                 methods=("POST", "PATCH"), mode="lease", key_required=False, on_error=None, metrics=None,
+                 namespace=None, fingerprint=None, client_errors=None):
         if runner is None:
             if pool is None and dsn is None:
                 raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
-            runner = Runner(pool if pool is not None else dsn, config or Config())
+            runner = Runner(pool if pool is not None else dsn,
+                            with_options(config, namespace, fingerprint, client_errors),
+                            on_error=on_error, metrics=metrics)
+        elif (namespace, fingerprint, client_errors) != (None, None, None):
+            raise TypeError("with runner=, namespace, fingerprint and client_errors are the runner's Config")
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         self.app, self.runner, self.mode = app, runner, mode
         if principal is None:
             raise TypeError("IdempotencyMiddleware needs principal=: the authenticated actor is part of the key "
-                            "(header(name), remote_user, or lambda environ: '' for a service without users)")
+                            "(header(name), remote_user, or lambda environ: 'my-service' for a service without users)")
         self.principal = principal
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
+        self._warned = False
 
     def __call__(self, environ, start_response):
         method = environ.get("REQUEST_METHOD", "GET").upper()
@@ -60,6 +66,12 @@ class IdempotencyMiddleware:
             return self.app(environ, start_response)
         raw_key = environ.get("HTTP_IDEMPOTENCY_KEY")
         if raw_key is None and not self.key_required:
+            return self.app(environ, start_response)
+        principal = self.principal(environ)
+        if not principal:  # as the ASGI middleware: unguarded, never the shared actor ""
+            if not self._warned:
+                self._warned = True
+                log.warning("pg_idem: a request with an Idempotency-Key has no principal: it runs unguarded")
             return self.app(environ, start_response)
         keys = [] if raw_key is None else [raw_key.encode("latin-1")]  # PEP 3333: bytes as latin-1
         limit = self.runner.config.max_request_body_bytes
@@ -71,7 +83,7 @@ class IdempotencyMiddleware:
         target = (environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/"
         if environ.get("QUERY_STRING"):
             target += "?" + environ["QUERY_STRING"]
-        req = Request(self.principal(environ), method, target, keys, body, self.key_required)
+        req = Request(principal, method, target, keys, body, self.key_required)
 
         def call_app(claim, conn=None):
             inner = dict(environ)

@@ -65,7 +65,7 @@ def test_asgi_repeated_key_fields_get_400(dsn):
 
         async def send(m):
             sent.append(m)
-        mw = IdempotencyMiddleware(inner, dsn=dsn, principal=lambda scope: "")
+        mw = IdempotencyMiddleware(inner, dsn=dsn, principal=lambda scope: "svc")
         scope = {"type": "http", "method": "POST", "path": "/x", "raw_path": b"/x", "query_string": b"",
                  "headers": [(b"idempotency-key", b"a"), (b"idempotency-key", b"b")]}
         await mw(scope, receive, send)

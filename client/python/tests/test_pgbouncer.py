@@ -89,3 +89,63 @@ def test_every_mode_behind_a_transaction_pooler(bouncer, db):
             assert r.response.status == 201
         assert db.execute("SELECT count(*) FROM effects WHERE k = %s", (k2,)).fetchone()[0] == 1
     pool.close()
+
+
+def test_the_dsn_defaults_work_behind_a_transaction_pooler(bouncer):
+    """Issue 22: no prepare_threshold, no server_wait=False: a runner made
+    from the dsn alone. 10 duplicates share 2 server connections while the
+    followers wait in the server (in slices that free the connection), and
+    the winner still stores its result; past psycopg's prepare threshold
+    nothing is prepared."""
+    import asyncio
+
+    from pg_idem.aio import AsyncRunner
+
+    runner = Runner(bouncer)
+    k = str(uuid.uuid4())
+    runs, results = [], [None] * 10
+
+    def handler(claim):
+        runs.append(1)
+        time.sleep(0.3)
+        return Response(201, [], b"pooled")
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, runner.run(req(k, "/dsn"), handler)))
+               for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 1, [r.response.status for r in results]
+    assert [r.response.status for r in results] == [201] * 10
+    for _ in range(8):  # past psycopg's prepare threshold of 5, on whichever server session
+        assert runner.run(req(str(uuid.uuid4()), "/dsn"), handler).response.status == 201
+
+    async def storm():
+        arunner = AsyncRunner(bouncer)
+        ak, aruns = str(uuid.uuid4()), []
+
+        async def ahandler(claim):
+            aruns.append(1)
+            await asyncio.sleep(0.3)
+            return Response(201, [], b"pooled")
+        got = await asyncio.gather(*(arunner.run(req(ak, "/adsn"), ahandler) for _ in range(10)))
+        return aruns, [r.response.status for r in got]
+    aruns, statuses = asyncio.run(storm())
+    assert len(aruns) == 1 and statuses == [201] * 10
+
+
+def test_a_pool_that_prepares_recovers_behind_a_pooler(bouncer):
+    """An application's own pool with psycopg's default prepare_threshold:
+    a prepared-statement error from the pooler (26000 / 42P05) is answered by
+    sending that statement again unprepared, and that connection prepares
+    nothing from then on."""
+    pools = [SimplePool(bouncer, max_size=1) for _ in range(3)]  # default prepare_threshold (5)
+    runners = [Runner(p) for p in pools]
+    statuses = []
+    for i in range(12):  # each connection past the threshold, interleaved on 2 server sessions
+        for r in runners:
+            statuses.append(r.run(req(str(uuid.uuid4()), "/prepares"),
+                                  lambda claim: Response(201, [], b"ok")).response.status)
+    assert statuses == [201] * 36
+    for p in pools:
+        p.close()

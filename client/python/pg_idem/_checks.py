@@ -1,0 +1,170 @@
+"""What makes a store error explain itself: the check a runner makes on its
+first connection (the extension, its version, EXECUTE on the functions the
+runner calls, their schema on the search_path, the lease against
+idem.max_lease), the fix for each SQLSTATE a misconfiguration gives, and
+one log line per cause.
+
+Without them every misconfiguration looked the same to a user: each
+guarded request answered 503 idempotency-store-unavailable, and nothing
+said why (issue 22)."""
+
+import logging
+import re
+import threading
+
+import psycopg
+
+# The oldest extension this client runs against: the first with the
+# functions and arguments the runner sends (lease as an interval, strict
+# finalize, the caller's scope).
+OLDEST_EXTENSION = "0.4.0"
+# The functions the runner calls (EXECUTE is checked on each).
+FUNCTIONS = ("idem_claim", "idem_lookup", "idem_renew", "idem_finalize", "idem_release", "idem_fail",
+             "idem_begin")
+
+log = logging.getLogger("pg_idem")
+
+
+class StoreMisconfigured(psycopg.ProgrammingError):
+    """The database cannot serve this runner as it is set up; str() says
+    what is wrong and how to fix it. Raised by Runner.check() (and the ASGI
+    middleware's start-up), answered 503 and logged once per cause on a
+    request."""
+
+    def __init__(self, message, fix):
+        super().__init__("pg_idem: %s -- fix: %s" % (message, fix))
+        self.problem, self.fix = message, fix
+
+
+def preflight_sql():
+    """One row about the extension as this role sees it (none: not installed)."""
+    fn_list = ", ".join("'%s'" % f for f in FUNCTIONS)
+    return (
+        "SELECT e.extversion, n.nspname, "
+        "n.nspname = ANY (pg_catalog.current_schemas(false)), "
+        "pg_catalog.has_schema_privilege(n.oid, 'USAGE'), "
+        "(SELECT pg_catalog.string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) "
+        "   FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND p.proname IN (" + fn_list + ") "
+        "    AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), "
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid "
+        "        AND p.proname = 'idem_claim' AND p.pronargs = 4), "
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid "
+        "        AND p.proname = 'idem_begin' AND p.pronargs = 4), "
+        "(SELECT s.setting::float8 * CASE s.unit WHEN 'ms' THEN 0.001 WHEN 's' THEN 1 WHEN 'min' THEN 60 END "
+        "   FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
+        "current_user "
+        "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_idem'")
+
+
+def _version(text):
+    return tuple(int(x) for x in re.findall(r"\d+", text or "")[:3])
+
+
+def verify(row, cfg, database):
+    """(server waits for claims, for begins) if the row shows a usable
+    extension; raises StoreMisconfigured with the fix otherwise."""
+    if row is None:
+        raise StoreMisconfigured(
+            "the extension pg_idem is not installed in the database %s" % database,
+            "run CREATE EXTENSION pg_idem (as a superuser; see the README's Getting started)")
+    # On a SQL_ASCII database psycopg hands text columns over as bytes.
+    version, schema, on_path, usage, denied, claim_wait, begin_wait, max_lease, user = (
+        bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else v for v in row)
+    if _version(version) < _version(OLDEST_EXTENSION):
+        raise StoreMisconfigured(
+            "the extension pg_idem is version %s; this client needs %s or newer" % (version, OLDEST_EXTENSION),
+            "run ALTER EXTENSION pg_idem UPDATE")
+    if not usage:
+        raise StoreMisconfigured("the role %s may not use the schema %s of pg_idem" % (user, schema),
+                                 "GRANT idem_client TO %s" % user)
+    if denied:
+        raise StoreMisconfigured("the role %s may not execute %s" % (user, denied),
+                                 "GRANT idem_client TO %s" % user)
+    if cfg.schema is None and not on_path:
+        raise StoreMisconfigured(
+            "the schema %s of pg_idem is not on the search_path of the role %s" % (schema, user),
+            "pass Config(schema=%r), or ALTER ROLE %s SET search_path = %s, public" % (schema, user, schema))
+    if cfg.schema is not None and cfg.schema != schema:
+        raise StoreMisconfigured("Config(schema=%r) but pg_idem is installed in the schema %s" % (cfg.schema, schema),
+                                 "pass Config(schema=%r)" % schema)
+    if max_lease is not None and cfg.lease > max_lease:
+        raise StoreMisconfigured(
+            "Config.lease is %g s, over the server's idem.max_lease (%g s)" % (cfg.lease, max_lease),
+            "durations in pg_idem.Config are seconds (or datetime.timedelta): pass a shorter lease")
+    return bool(claim_wait), bool(begin_wait)
+
+
+# The fix for each SQLSTATE a misconfigured store answers with.
+FIXES = {
+    "42883": "the pg_idem functions are not on the role's search_path: pass Config(schema='...') "
+             "or ALTER ROLE ... SET search_path",
+    "3F000": "Config(schema=...) names a schema that does not exist",
+    "42501": "the role lacks a privilege: GRANT idem_client TO the role",
+    "26000": "a transaction-mode pooler (PgBouncer) dropped a prepared statement: create your pool's "
+             "connections with prepare_threshold=None (the dsn= pool does)",
+    "42P05": "a transaction-mode pooler (PgBouncer) shares prepared statements between clients: create "
+             "your pool's connections with prepare_threshold=None (the dsn= pool does)",
+    "22023": "a value is out of the server's range (is Config.lease over idem.max_lease? durations are seconds)",
+    "53300": "the server has no connection slot left: lower the pool's size or raise max_connections",
+    "53400": "a server limit was reached (max_connections, a pooler's pool)",
+    "57014": "a statement was cancelled (statement_timeout?)",
+    "57P01": "the server was shut down or the backend terminated",
+    "28000": "the server refused the role: check the dsn's user and pg_hba.conf",
+    "28P01": "the password was refused: check the dsn",
+    "3D000": "the dsn names a database that does not exist",
+}
+
+
+def explain(error):
+    """(sqlstate or None, the fix): what a user should do about this error."""
+    fix = getattr(error, "fix", None)
+    state = getattr(error, "sqlstate", None)
+    if fix:
+        return state, fix
+    if state in FIXES:
+        return state, FIXES[state]
+    if state and state.startswith("08") or isinstance(error, psycopg.OperationalError):
+        return state, "the server cannot be reached: check the dsn and that PostgreSQL (or the pooler) runs"
+    return state, "see the PostgreSQL error; the request was answered 503 idempotency-store-unavailable"
+
+
+class ErrorReport:
+    """What on_error is given: the error, its SQLSTATE, the fix, the request,
+    and whether this is the first time this cause was seen."""
+
+    def __init__(self, error, request, sqlstate, fix, first):
+        self.error, self.request, self.sqlstate, self.fix, self.first = error, request, sqlstate, fix, first
+
+    def __repr__(self):
+        return "ErrorReport(%r, sqlstate=%r, fix=%r)" % (self.error, self.sqlstate, self.fix)
+
+
+class Reporter:
+    """Logs a store error once per cause (its SQLSTATE, or its kind, and its
+    first line) to the "pg_idem" logger and calls on_error for every one."""
+
+    MAX_CAUSES = 256
+
+    def __init__(self, on_error=None):
+        self.on_error = on_error
+        self._seen = set()
+        self._lock = threading.Lock()
+
+    def report(self, error, request=None):
+        state, fix = explain(error)
+        text = getattr(error, "problem", None) or str(error).strip()
+        first_line = text.splitlines()[0] if text else type(error).__name__
+        cause = (state, type(error).__name__, re.sub(r"\d+", "#", first_line))
+        with self._lock:
+            first = cause not in self._seen
+            if first and len(self._seen) < self.MAX_CAUSES:
+                self._seen.add(cause)
+        if first:
+            log.error("pg_idem: store error%s: %s -- fix: %s", " (SQLSTATE %s)" % state if state else "",
+                      first_line, fix)
+        if self.on_error is not None:
+            try:
+                self.on_error(ErrorReport(error, request, state, fix, first))
+            except Exception:  # a hook must not turn a 503 into a 500
+                log.exception("pg_idem: the on_error hook raised")

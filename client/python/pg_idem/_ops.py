@@ -1,0 +1,86 @@
+"""What the engine asks its drivers to do (pg_idem._engine yields these;
+pg_idem.runner and pg_idem.aio carry them out with blocking calls or
+awaits), and the one recovery the drivers make on their own."""
+
+import dataclasses
+
+import psycopg
+
+# A statement the server session does not have (26000) or has already
+# under that name (42P05): what a transaction-mode pooler does to psycopg's
+# prepared statements. The same statement sent unprepared works.
+PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
+
+
+@dataclasses.dataclass
+class Query:
+    """Run one statement on conn; the driver sends back its first row (or None).
+
+    prepare is psycopg's: None leaves it to the connection (prepare_threshold),
+    False sends the statement unprepared."""
+    conn: object
+    sql: str
+    params: tuple = None
+    prepare: bool = None
+
+
+@dataclasses.dataclass
+class Acquire:
+    """A connection from the pool, in autocommit, no transaction open.
+
+    second: the request already holds one (fenced mode's transaction, a
+    fresh connection to store or settle a result). pg_idem's own pools
+    give it at once even when max_size are out, so that requests holding
+    every connection never wait for each other's second one."""
+    second: bool = False
+
+
+@dataclasses.dataclass
+class Release:
+    """Give conn back to the pool as it was; discard: close it first (the pool drops it)."""
+    conn: object
+    discard: bool = False
+
+
+@dataclasses.dataclass
+class Sleep:
+    seconds: float
+
+
+@dataclasses.dataclass
+class CallHandler:
+    """Call fn(*args) (awaiting it when it returns an awaitable); send back its value."""
+    fn: object
+    args: tuple
+
+
+@dataclasses.dataclass
+class StartKeeper:
+    """Renew the claim on conn every renew_interval until StopKeeper; send back the keeper."""
+    conn: object
+    cache_key: bytes
+    claim_id: str
+
+
+@dataclasses.dataclass
+class StopKeeper:
+    keeper: object
+
+
+
+def _sqlstate(e):
+    return getattr(e, "sqlstate", None)
+
+
+def unprepared_retry(query, error):
+    """Whether a driver sends the query again, unprepared: a pooler's
+    prepared-statement error (the statement did not run) outside a
+    transaction, on a pool the application made with prepare_threshold set.
+    That connection prepares nothing from then on."""
+    conn = query.conn
+    if _sqlstate(error) not in PREPARED_STATEMENT_ERRORS or query.prepare is False or conn.broken:
+        return False
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    conn.prepare_threshold = None
+    return True

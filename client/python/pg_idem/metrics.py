@@ -1,0 +1,60 @@
+"""Prometheus counters for the runner, with the C++ client's series names
+(client/cpp/examples/prometheus_metrics.hpp), so that one dashboard serves
+every client:
+
+    idem_client_requests_total{outcome}  one per run (RunResult.outcome)
+    idem_client_events_total{event}      the claim's lifecycle events
+
+    from pg_idem.metrics import PrometheusMetrics
+    app.add_middleware(IdempotencyMiddleware, dsn=..., principal=..., metrics=PrometheusMetrics())
+    # and expose prometheus_client's registry (make_asgi_app(), start_http_server(...))
+
+Needs prometheus_client (Debian: python3-prometheus-client; pip: the
+"metrics" extra). Every series is there from the start, at zero, so that
+rate() sees each one."""
+
+from . import protocol
+
+# The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
+EVENTS = ("claimed", "recovered_ttl", "recovered_abandoned", "pending_wait", "retryable_cooldown",
+          "lease_stolen", "finalize_error", "release_error", "unknown_outcome", "finalized")
+
+
+_REGISTERED = {}
+
+
+def _counters(registry):
+    """The two counters of a registry, made once: a second PrometheusMetrics
+    (two apps in one process, a reload) counts into the same series instead
+    of failing with "Duplicated timeseries"."""
+    import prometheus_client
+
+    registry = prometheus_client.REGISTRY if registry is None else registry
+    if id(registry) not in _REGISTERED:
+        requests = prometheus_client.Counter(
+            "idem_client_requests", "Requests through the pg_idem runner, by outcome.", ["outcome"],
+            registry=registry)
+        events = prometheus_client.Counter(
+            "idem_client_events", "Claim lifecycle events seen by the pg_idem runner.", ["event"],
+            registry=registry)
+        for name in protocol.CLIENT_OUTCOMES:
+            requests.labels(name)
+        for name in EVENTS:
+            events.labels(name)
+        _REGISTERED[id(registry)] = (registry, requests, events)
+    return _REGISTERED[id(registry)][1:]
+
+
+class PrometheusMetrics:
+    """on_outcome / on_event for pg_idem.Runner, AsyncRunner and the
+    middleware (metrics=); registry: prometheus_client's (the default one
+    unless given)."""
+
+    def __init__(self, registry=None):
+        self.requests, self.events = _counters(registry)
+
+    def on_outcome(self, outcome):
+        self.requests.labels(outcome).inc()
+
+    def on_event(self, event):
+        self.events.labels(event).inc()

@@ -1,0 +1,104 @@
+"""The conformance test the three clients run: client/conformance/protocol.json
+(generated from extension/protocol/protocol.toml) says, for every claim
+outcome in every profile, what a client does and answers; how a handler's
+status is stored; the cache-key and request-hash vectors and the key
+statuses' sentences. The Python client must agree with every line."""
+
+import json
+import os
+
+import pytest
+
+from pg_idem import Config, Request, cache_key, classify, request_hash
+from pg_idem import protocol
+from pg_idem._engine import Engine, RunResult, _Call
+from pg_idem._statements import Row
+from pg_idem.key import KeyStatus, describe
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPEC_PATH = os.path.join(HERE, "..", "..", "conformance", "protocol.json")
+
+with open(SPEC_PATH, encoding="utf-8") as f:
+    SPEC = json.load(f)
+
+
+def row_for(outcome):
+    """The row a server sends with this outcome (a stored response where one comes with it)."""
+    o = protocol.OUTCOMES[outcome]
+    status = 201 if o.response else None
+    return Row(outcome, "00000000-0000-0000-0000-000000000001" if o.role == "win" else None, 1,
+               0.5 if outcome in ("cooldown", "in_progress") else None, status,
+               '{"content-type": "application/json"}' if outcome == "replay" else None,
+               b'{"ok": true}' if outcome == "replay" else None)
+
+
+def answer_of(engine, call, row, action):
+    """What the engine answers for the row: the follower's answer, or for
+    wait the answer once the wait budget is spent."""
+    got = engine.on_row(call, row)
+    if action == "wait":
+        assert got == "wait"
+        return engine.timed_out(call)
+    return got
+
+
+@pytest.mark.parametrize("case", SPEC["outcomes"], ids=lambda c: "%s-%s" % (c["outcome"], c["profile"]))
+def test_every_outcome_in_every_profile(case):
+    engine = Engine(Config(profile=case["profile"]))
+    call = _Call(engine.cfg, Request("alice", "POST", "/conformance", ["k"], b"{}"))
+    row = row_for(case["outcome"])
+    action = case["action"]
+    if action == "run":
+        assert row.won, case
+        return
+    if action == "claim":
+        assert not row.won and engine.on_row(call, row) == "claim", case
+        return
+    res = answer_of(engine, call, row, action)
+    assert isinstance(res, RunResult), case
+    assert res.outcome == case["result"], case
+    r = res.response
+    if action == "replay":
+        assert r.status == 201 and r.body == b'{"ok": true}' and r.header("Idempotent-Replayed") == "true"
+        return
+    body = json.loads(r.body)
+    assert r.status == case["status"] and body["status"] == case["status"], case
+    assert body["type"] == case["type"], case
+    assert r.header("Content-Type") == "application/problem+json"
+    assert (r.header("Retry-After") is not None) == case["retry_after"], case
+
+
+def test_every_outcome_and_profile_is_covered():
+    names = {(c["outcome"], c["profile"]) for c in SPEC["outcomes"]}
+    assert names == {(o, p) for o in protocol.OUTCOMES for p in protocol.PROFILES}
+
+
+@pytest.mark.parametrize("case", SPEC["storage"], ids=lambda c: str(c["status"]))
+def test_storage_of_every_status(case):
+    assert classify(case["status"]) == case["action"]
+
+
+@pytest.mark.parametrize("case", SPEC["key_vectors"], ids=lambda c: c["cache_key"][:8])
+def test_cache_key_vectors(case):
+    assert cache_key(case["principal"], case["method"], case["target"], case["key"]).hex() == case["cache_key"]
+
+
+@pytest.mark.parametrize("case", SPEC["request_hash_vectors"], ids=lambda c: c["request_hash"][:8])
+def test_request_hash_vectors(case):
+    assert request_hash(case["body"].encode("utf-8")).hex() == case["request_hash"]
+
+
+def test_key_status_sentences():
+    assert {s.value: describe(s) for s in KeyStatus} == SPEC["key_statuses"]
+
+
+def test_the_server_computes_the_same_keys(db):
+    """The vectors against the server's idem_key (as sql/key_vectors.sql does)."""
+    for v in SPEC["key_vectors"]:
+        got = db.execute("SELECT encode(idem_key(%s, %s, %s, %s), 'hex')",
+                         (v["principal"], v["method"], v["target"], v["key"])).fetchone()[0]
+        assert got == v["cache_key"], v
+    for v in SPEC["request_hash_vectors"]:
+        got = db.execute("SELECT encode(idem_request_hash(%s::bytea), 'hex')",
+                         (v["body"].encode("utf-8"),)).fetchone()[0]
+        assert got == v["request_hash"], v
