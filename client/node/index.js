@@ -12,6 +12,8 @@ const key = require('./lib/key');
 const { Runner, ClaimContext } = require('./lib/runner');
 const middleware = require('./lib/middleware');
 const { poolOptions } = require('./lib/conninfo');
+const protocol = require('./lib/protocol');
+const { version } = require('./package.json');
 
 module.exports = {
   Runner,
@@ -37,5 +39,7 @@ module.exports = {
   checkKey: key.checkKey,
   checkKeyHeader: key.checkKeyHeader,
   poolOptions,
-  version: '0.3.0',
+  protocol,
+  CLIENT_OUTCOMES: protocol.CLIENT_OUTCOMES,
+  version, // the extension's version: the two are released together
 };

@@ -13,10 +13,11 @@ const pg = require('pg');
 const { Config } = require('./config');
 const { poolOptions } = require('./conninfo');
 const { FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, asResponse, classify, headersFromJson, makeResponse,
-  problems } = require('./http');
+  problems, protocolProblem } = require('./http');
+const { OUTCOMES } = require('./protocol');
 const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
 
-const WON = new Set(['claimed', 'recovered_ttl', 'recovered_abandoned']);
+const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
 const ISOLATION = { 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' };
 
 // int8 as BigInt for our own queries only; the application's pg defaults are untouched.
@@ -193,7 +194,7 @@ class Runner {
   }
 
   timedOut(c) {
-    return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), 'timeout');
+    return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), OUTCOMES.in_progress.result);
   }
 
   // {early} when the request goes no further; {c: null} to run unguarded.
@@ -263,24 +264,20 @@ class Runner {
 
   // A follower's answer, or 'wait' / 'claim'.
   onRow(c, row) {
-    const p = this.config.profile;
-    switch (row.outcome) {
-      case 'replay': {
-        const headers = headersFromJson(row.headersJson);
-        headers.push([REPLAY_HEADER, 'true']);
-        c.res.response = makeResponse(row.status || 200, headers, row.body || Buffer.alloc(0));
-        c.res.replayed = true;
-        return this.finish(c, 'replay');
-      }
-      case 'not_replayable': return this.answer(c, problems.notReplayable(p), 'conflict');
-      case 'mismatch': return this.answer(c, problems.keyReused(p), 'conflict');
-      case 'expired': return this.answer(c, problems.expired(p), 'conflict');
-      case 'cooldown': return this.answer(c, problems.cooldown(p, row.retryAfter ?? this.config.retryAfter), 'failed');
-      case 'in_progress': return 'wait';
-      case 'absent':
-      case 'claimable': return 'claim';
-      default: throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
+    const o = OUTCOMES[row.outcome];
+    if (!o || o.action === 'run') throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
+    if (o.action === 'replay') {
+      const headers = headersFromJson(row.headersJson);
+      headers.push([REPLAY_HEADER, 'true']);
+      c.res.response = makeResponse(row.status || 200, headers, row.body || Buffer.alloc(0));
+      c.res.replayed = true;
+      return this.finish(c, o.result);
     }
+    if (o.action === 'answer') {
+      const retryMs = row.retryAfter ?? this.config.retryAfter;
+      return this.answer(c, protocolProblem(o.problem, this.config.profile, { retryMs }), o.result);
+    }
+    return o.action; // 'wait' or 'claim'
   }
 
   // The answer, or {claim, wait} for the next round.
@@ -796,5 +793,7 @@ class Runner {
     };
   }
 }
+
+Runner.WON = WON; // the claim outcomes whose caller runs the handler
 
 module.exports = { Runner, ClaimContext, parseSizeSetting, TYPES };
