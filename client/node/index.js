@@ -13,6 +13,8 @@ const { Runner, ClaimContext } = require('./lib/runner');
 const middleware = require('./lib/middleware');
 const { poolOptions } = require('./lib/conninfo');
 const protocol = require('./lib/protocol');
+const { prometheus, EVENTS } = require('./lib/metrics');
+const { SetupError, OLDEST_EXTENSION } = require('./lib/setup');
 const { version } = require('./package.json');
 
 module.exports = {
@@ -39,6 +41,10 @@ module.exports = {
   checkKey: key.checkKey,
   checkKeyHeader: key.checkKeyHeader,
   poolOptions,
+  prometheus,
+  EVENTS,
+  SetupError,
+  OLDEST_EXTENSION,
   protocol,
   CLIENT_OUTCOMES: protocol.CLIENT_OUTCOMES,
   version, // the extension's version: the two are released together
