@@ -15,6 +15,7 @@ const { poolOptions } = require('./lib/conninfo');
 const protocol = require('./lib/protocol');
 const { prometheus, EVENTS } = require('./lib/metrics');
 const { SetupError, OLDEST_EXTENSION } = require('./lib/setup');
+const fingerprint = require('./lib/fingerprint');
 const { version } = require('./package.json');
 
 module.exports = {
@@ -42,6 +43,7 @@ module.exports = {
   checkKeyHeader: key.checkKeyHeader,
   poolOptions,
   prometheus,
+  fingerprint: { json: fingerprint.json, fields: fingerprint.fields, canonicalJson: fingerprint.canonicalJson },
   EVENTS,
   SetupError,
   OLDEST_EXTENSION,

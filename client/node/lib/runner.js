@@ -75,7 +75,9 @@ function normalizeRequest(req) {
   if (body === undefined || body === null) body = Buffer.alloc(0);
   else if (typeof body === 'string') body = Buffer.from(body, 'utf8');
   else if (!Buffer.isBuffer(body)) body = Buffer.from(body);
-  return { principal: req.principal ?? '', method: req.method ?? 'POST', target: req.target ?? '/', keys, body,
+  // fingerprint: what the request hash is taken of (the body unless given).
+  const fingerprint = req.fingerprint === undefined || req.fingerprint === null ? body : req.fingerprint;
+  return { principal: req.principal ?? '', method: req.method ?? 'POST', target: req.target ?? '/', keys, body, fingerprint,
     keyRequired: Boolean(req.keyRequired) };
 }
 
@@ -206,7 +208,7 @@ class Runner {
     return {
       c: {
         ck: cacheKey(req.principal, req.method, req.target, req.keys[0]),
-        rh: requestHash(req.body),
+        rh: requestHash(req.fingerprint),
         deadline: now() + this.config.followerWaitBudget,
         iterations: 0,
         backoff: this.config.pollMin,
