@@ -6,7 +6,8 @@
 #   * the C++ client's integration tests (lease, fenced, in-transaction,
 #     processes, followers and their wait budget; inbox, outbox drainer,
 #     reconciler) with unnamed statements (PG_IDEM_TEST_POOLER);
-#   * the psql and Python examples.
+#   * the psql and Python examples;
+#   * the Node storm (tests/pooling/node_storm.sh, its own PgBouncer, pool 5).
 #
 # Left out, because the test itself needs a session of its own (not the
 # client): tests that freeze a COMMIT with a session-level advisory lock
@@ -88,4 +89,7 @@ suite_pooling() {
         fi
     done
     stop_pgbouncer
+
+    . "$WORK/src/tests/pooling/node_storm.sh"
+    pooling_node_storm
 }
