@@ -87,6 +87,27 @@ test.describe('express fidelity', { skip }, () => {
     assert.equal(alice.status, 201);
   });
 
+  test('fastify: a guarded request without a principal is refused too', async () => {
+    const app = require('fastify')(); // eslint-disable-line global-require
+    let runs = 0;
+    app.register(idem.fastify, { pool, principal: (request) => request.headers['x-user'] });
+    app.post('/payments', async (request, reply) => {
+      runs++;
+      reply.code(201);
+      return { id: runs };
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    try {
+      const base = `http://127.0.0.1:${app.server.address().port}`;
+      const key = crypto.randomUUID();
+      assert.equal((await post(base, '{"amount": 5}', { 'idempotency-key': key })).status, 401);
+      assert.equal(runs, 0);
+      assert.equal((await post(base, '{"amount": 5}', { 'idempotency-key': key, 'x-user': 'al' })).status, 201);
+    } finally {
+      await app.close();
+    }
+  });
+
   test('namespace: two services on one role and route keep their keys apart', async () => {
     const billing = paymentsApp(idem.express({ pool, principal: () => 'svc', namespace: 'billing' }));
     const shop = paymentsApp(idem.express({ pool, principal: () => 'svc', namespace: 'shop' }));
