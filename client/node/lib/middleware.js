@@ -18,6 +18,7 @@
 const { Readable } = require('node:stream');
 const pg = require('pg');
 const { Runner } = require('./runner');
+const { Config } = require('./config');
 const { poolOptions } = require('./conninfo');
 const { fingerprintOf } = require('./fingerprint');
 
@@ -28,11 +29,21 @@ const DEFAULT_POOL_MAX = 10;
 
 const CLAIM = Symbol.for('pg-idem.claim');
 
+// logger, onError and metrics may be given beside config, as options of the middleware.
+const HOOKS = ['logger', 'onError', 'metrics'];
+
+function configOf(opts) {
+  const hooks = Object.fromEntries(HOOKS.filter((h) => opts[h] !== undefined).map((h) => [h, opts[h]]));
+  if (Object.keys(hooks).length === 0) return opts.config;
+  if (opts.config instanceof Config || opts.runner) throw new TypeError(`pg-idem: give ${HOOKS.join(', ')} in config then`);
+  return { ...(opts.config || {}), ...hooks };
+}
+
 function runnerOf(opts) {
   if (opts.runner) return opts.runner;
-  if (opts.pool) return new Runner(opts.pool, opts.config);
+  if (opts.pool) return new Runner(opts.pool, configOf(opts));
   if (opts.connectionString) {
-    return new Runner(new pg.Pool({ max: DEFAULT_POOL_MAX, ...poolOptions(opts.connectionString) }), opts.config);
+    return new Runner(new pg.Pool({ max: DEFAULT_POOL_MAX, ...poolOptions(opts.connectionString) }), configOf(opts));
   }
   throw new TypeError('pg-idem middleware needs runner, pool or connectionString');
 }

@@ -134,10 +134,13 @@ test.describe('express fidelity', { skip }, () => {
     assert.equal(state.runs, 1);
   });
 
-  test('connectionString: a bounded pool; ready() passes on a good store', async () => {
-    const mw = idem.express({ connectionString: `${DSN} dbname=${DB}`, principal: () => 'svc' });
+  test('connectionString: a bounded pool, hooks beside config; ready() passes on a good store', async () => {
+    const logger = () => {};
+    const mw = idem.express({ connectionString: `${DSN} dbname=${DB}`, principal: () => 'svc', logger, config: { lease: 20000 } });
     try {
       assert.equal(mw.runner.pool.options.max, 10);
+      assert.equal(mw.runner.config.logger, logger, 'logger beside config');
+      assert.equal(mw.runner.config.lease, 20000);
       const info = await mw.ready();
       assert.equal(info.version, idem.version);
     } finally {
