@@ -1,7 +1,10 @@
 'use strict';
-// The single-flight runner over node-postgres: claim, lease renewal on the
-// claim's own connection, follower wait, status matrix, replay, and the two
-// exactly-once modes. The protocol is the C++ client's
+// The single-flight runner over node-postgres: claim, lease renewal, follower
+// wait, status matrix, replay, and the two exactly-once modes. A request
+// holds a pooled client only while it talks to the server: not while its
+// handler runs (lease, fenced: renewal takes a client per renewal) and not
+// while it waits as a follower (between wait slices), so neither a storm
+// of duplicates nor handlers using the same pool can starve it. The protocol is the C++ client's
 // (client/cpp/src/runner.cpp) without the advisory-lock wake-up: followers
 // use the server-side wait, idem_claim(..., max_wait), when the server has
 // the 4-argument function (checked once per runner), and poll idem_lookup
@@ -20,6 +23,7 @@ const { Keeper, lockTimeoutText, msText } = require('./keeper');
 const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
 const { checkSetup } = require('./setup');
 const { Reporter } = require('./report');
+const { ClaimContext, normalizeRequest, result } = require('./request');
 
 const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
 // The statuses of a request that failed validation: with storeClientErrors
@@ -47,44 +51,6 @@ const connectionLost = (e) => !sqlstate(e) || /^(08|57P0)/.test(sqlstate(e));
 // How many times a result whose handler has run is sent (each failure
 // settled by reading the key) before it is left to its lease.
 const STORE_ATTEMPTS = 3;
-
-// What a handler knows about the claim it runs under.
-class ClaimContext {
-  constructor(generation = 0n, claimId = null, cacheKey = null, keeper = null) {
-    this.generation = generation; // BigInt fencing number, strictly increasing per key
-    this.claimId = claimId; //       null when the request runs unguarded
-    this.cacheKey = cacheKey;
-    this._keeper = keeper;
-  }
-
-  get guarded() {
-    return this.claimId !== null;
-  }
-
-  // True once renewal found the claim taken over (its result will not be stored).
-  get lost() {
-    return Boolean(this._keeper && this._keeper.lost);
-  }
-}
-
-function normalizeRequest(req) {
-  let keys = req.keys;
-  if (keys === undefined || keys === null) keys = [];
-  else if (!Array.isArray(keys)) keys = [keys];
-  let body = req.body;
-  if (body === undefined || body === null) body = Buffer.alloc(0);
-  else if (typeof body === 'string') body = Buffer.from(body, 'utf8');
-  else if (!Buffer.isBuffer(body)) body = Buffer.from(body);
-  // fingerprint: what the request hash is taken of (the body unless given).
-  const fingerprint = req.fingerprint === undefined || req.fingerprint === null ? body : req.fingerprint;
-  return { principal: req.principal ?? '', method: req.method ?? 'POST', target: req.target ?? '/', keys, body, fingerprint,
-    keyRequired: Boolean(req.keyRequired) };
-}
-
-function result() {
-  return { response: null, outcome: 'failed', handlerRan: false, replayed: false, leaseStolen: false,
-    outcomeUnknown: false, generation: 0n, error: null };
-}
 
 // Runs a handler once per Idempotency-Key. Share one per pool.
 class Runner {
@@ -313,7 +279,7 @@ class Runner {
       }
       if (doClaim && row.won) {
         this.event(row.outcome);
-        return win(row, c.client);
+        return win(row);
       }
       this.handBack(c);
       const n = await this.follow(c, row, this.setup.serverWait.claim);
@@ -322,8 +288,11 @@ class Runner {
     }
   }
 
+  // Releases or fails the claim, on `client` or on one of the pool's.
   async giveUp(c, client, claimId, action) {
+    let own = null;
     try {
+      if (!client) client = own = await this.checkout();
       const row = action === FAIL
         ? await this.q(client, this.sql.fail, [c.ck, claimId, msText(this.config.failureCooldown)])
         : await this.q(client, this.sql.release, [c.ck, claimId]);
@@ -331,6 +300,9 @@ class Runner {
     } catch (e) {
       this.event('release_error');
       c.res.error = c.res.error || e;
+      if (own) own.idemBroken = true;
+    } finally {
+      if (own) this.giveBack(own);
     }
   }
 
@@ -383,15 +355,18 @@ class Runner {
       return res;
     }
     try {
-      return await this.loop(c, (row, client) => this.winLease(c, client, row, handler));
+      return await this.loop(c, (row) => this.winLease(c, row, handler));
     } finally {
       this.handBack(c);
     }
   }
 
-  async winLease(c, client, row, handler) {
+  async winLease(c, row, handler) {
     c.res.generation = row.generation;
-    const keeper = new Keeper(this, client, c.ck, row.claimId);
+    // The claim is committed: no client is held while the handler runs
+    // (renewal, release and finalize take one from the pool each).
+    this.handBack(c);
+    const keeper = new Keeper(this, null, c.ck, row.claimId);
     const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
     let resp;
     try {
@@ -399,16 +374,16 @@ class Runner {
       resp = asResponse(await handler(ctx));
     } catch (e) {
       await keeper.stop();
-      await this.giveUp(c, client, row.claimId, FAIL);
+      await this.giveUp(c, null, row.claimId, FAIL);
       this.finish(c, 'failed');
       throw e;
     }
     await keeper.stop();
     const action = this.storage(resp.status);
     if (action !== FINALIZE) {
-      await this.giveUp(c, client, row.claimId, action);
+      await this.giveUp(c, null, row.claimId, action);
       c.res.outcome = action === FAIL ? 'failed' : 'won_completed';
-    } else await this.storeLease(c, client, row, resp);
+    } else await this.storeLease(c, null, row, resp);
     // Not stored: the caller is told so, never given a response a retry could not replay.
     c.res.response = c.res.outcomeUnknown ? problems.outcomeUnknown(this.config.profile, this.config.retryAfter) : resp;
     return this.finish(c, c.res.outcome);
@@ -542,15 +517,18 @@ class Runner {
     if (early) return early;
     if (!c) return this.unguardedTx(handler, isolation);
     try {
-      return await this.loop(c, (row, client) => this.winFenced(c, client, row, handler, isolation));
+      return await this.loop(c, (row) => this.winFenced(c, row, handler, isolation));
     } finally {
       this.handBack(c);
     }
   }
 
-  async winFenced(c, client, row, handler, isolation) {
+  async winFenced(c, row, handler, isolation) {
     c.res.generation = row.generation;
-    const keeper = new Keeper(this, client, c.ck, row.claimId);
+    // Only the handler's transaction holds a client while it runs (two per
+    // request would deadlock a pool of n under n requests).
+    this.handBack(c);
+    const keeper = new Keeper(this, null, c.ck, row.claimId);
     const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
     let todo = 'give_up';
     let action = FAIL;
@@ -628,14 +606,14 @@ class Runner {
       }
     }
     await keeper.stop();
-    if (todo === 'give_up') await this.giveUp(c, client, row.claimId, action);
+    if (todo === 'give_up') await this.giveUp(c, null, row.claimId, action);
     if (err) {
       this.finish(c, 'failed');
       throw err;
     }
     if (todo === 'follow') {
       c.deadline = now() + this.config.followerWaitBudget;
-      return this.loop(c, (r, cl) => this.winFenced(c, cl, r, handler, isolation), false);
+      return this.loop(c, (r) => this.winFenced(c, r, handler, isolation), false);
     }
     if (todo === 'pending') {
       // Nothing of this run is stored and the key stays ours until its

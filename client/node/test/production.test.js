@@ -170,6 +170,32 @@ test.describe('production defaults', { skip }, () => {
     }
   });
 
+  test('a winner holds no client while its handler runs: handlers using the same pool never starve it', async () => {
+    // Before, a lease winner held its claim's client through the handler
+    // (a fenced one, that and its transaction's): as many winners as the
+    // pool has clients, each waiting for one more, waited forever.
+    for (const mode of ['run', 'runFenced']) {
+      const small = new pg.Pool({ ...options, max: 2 });
+      try {
+        const runner = new Runner(small, { lease: 3000 });
+        // lease: the handler uses the pool; fenced: its transaction's client.
+        const h = async (txOrClaim) => {
+          await sleep(100);
+          await (mode === 'run' ? small : txOrClaim).query('SELECT 1');
+          return created();
+        };
+        const all = Promise.all([1, 2].map(() => runner[mode](req(crypto.randomUUID()), h)));
+        const stuck = sleep(15000).then(() => 'stuck');
+        const done = await Promise.race([all, stuck]);
+        assert.notEqual(done, 'stuck', `${mode}: two requests on a pool of two never finished`);
+        assert.deepEqual(done.map((x) => x.response.status), [201, 201]);
+        assert.deepEqual(done.map((x) => x.outcome), ['won_completed', 'won_completed']);
+      } finally {
+        small.end().catch(() => {});
+      }
+    }
+  });
+
   test('prom-client counters with the C++ client\'s series names', async () => {
     const registry = new promClient.Registry();
     const runner = new Runner(pool, { metrics: idem.prometheus({ registry, promClient }) });
