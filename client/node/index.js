@@ -12,6 +12,11 @@ const key = require('./lib/key');
 const { Runner, ClaimContext } = require('./lib/runner');
 const middleware = require('./lib/middleware');
 const { poolOptions } = require('./lib/conninfo');
+const protocol = require('./lib/protocol');
+const { prometheus, EVENTS } = require('./lib/metrics');
+const { SetupError, OLDEST_EXTENSION } = require('./lib/setup');
+const fingerprint = require('./lib/fingerprint');
+const { version } = require('./package.json');
 
 module.exports = {
   Runner,
@@ -37,5 +42,12 @@ module.exports = {
   checkKey: key.checkKey,
   checkKeyHeader: key.checkKeyHeader,
   poolOptions,
-  version: '0.3.0',
+  prometheus,
+  fingerprint: { json: fingerprint.json, fields: fingerprint.fields, canonicalJson: fingerprint.canonicalJson },
+  EVENTS,
+  SetupError,
+  OLDEST_EXTENSION,
+  protocol,
+  CLIENT_OUTCOMES: protocol.CLIENT_OUTCOMES,
+  version, // the extension's version: the two are released together
 };

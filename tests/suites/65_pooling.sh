@@ -9,6 +9,7 @@
 #   * the psql and Python examples;
 #   * the Python storm (tests/pooling/python_storm.py): the one-line
 #     FastAPI setup with its defaults behind its own PgBouncer, pool 5.
+#   * the Node storm (tests/pooling/node_storm.sh, its own PgBouncer, pool 5).
 #
 # Left out, because the test itself needs a session of its own (not the
 # client): tests that freeze a COMMIT with a session-level advisory lock
@@ -105,4 +106,7 @@ suite_pooling() {
         fi
     fi
     stop_pgbouncer
+
+    . "$WORK/src/tests/pooling/node_storm.sh"
+    pooling_node_storm
 }

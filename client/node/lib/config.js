@@ -1,6 +1,8 @@
 'use strict';
-// The runner's configuration, validated when made; durations in milliseconds,
-// the C++ client's defaults.
+// The runner's configuration, validated when made; every duration is in
+// milliseconds (a number), the C++ client's defaults. The lease and the
+// cooldown are checked against the server's idem.max_lease at first use
+// (./setup).
 
 const { isNeverStored } = require('./http');
 
@@ -24,6 +26,11 @@ const DEFAULTS = Object.freeze({
   replayHeaders: [],
   schema: undefined,
   serverWait: undefined, // undefined: use idem_claim(..., max_wait) when the server has it; false: poll
+  waitSlice: 100, //        longest server-side wait per statement: a waiting follower hands its connection back between
+  storeClientErrors: false, // 400 and 422 (validation failures) free the key instead of being stored, as Stripe
+  logger: undefined, //     store errors, once per cause: a function of one line, {error(line)}, or false; console.error
+  onError: undefined, //    (error, {sqlstate, fix, where}) for every store error
+  metrics: undefined, //    {onOutcome(outcome), onEvent(event)}, e.g. require('pg-idem').prometheus()
 });
 
 const refuse = (what) => {
@@ -35,11 +42,11 @@ class Config {
     if (options instanceof Config) return options;
     for (const k of Object.keys(options)) if (!(k in DEFAULTS)) refuse(`unknown setting "${k}"`);
     const c = { ...DEFAULTS, ...options };
-    for (const n of ['lease', 'followerWaitBudget', 'pollMin', 'pollMax', 'retryAfter', 'failureCooldown', 'pollJitter']) {
+    for (const n of ['lease', 'followerWaitBudget', 'pollMin', 'pollMax', 'retryAfter', 'failureCooldown', 'pollJitter', 'waitSlice']) {
       if (typeof c[n] !== 'number' || !Number.isFinite(c[n])) refuse(`${n} must be a number of milliseconds`);
     }
     if (c.renewInterval === undefined) c.renewInterval = Math.max(1, Math.floor(c.lease / 3));
-    for (const n of ['lease', 'renewInterval', 'followerWaitBudget', 'pollMin', 'pollMax', 'retryAfter', 'failureCooldown']) {
+    for (const n of ['lease', 'renewInterval', 'followerWaitBudget', 'pollMin', 'pollMax', 'retryAfter', 'failureCooldown', 'waitSlice']) {
       if (typeof c[n] !== 'number' || !(c[n] > 0)) refuse(`${n} must be positive (got ${c[n]} ms)`);
     }
     if (c.lease < 10) refuse(`lease must be at least 10 ms (got ${c.lease} ms)`);
@@ -61,6 +68,12 @@ class Config {
       refuse('schema must be a non-empty name without NUL');
     }
     if (![undefined, true, false].includes(c.serverWait)) refuse('serverWait must be undefined, true or false');
+    if (typeof c.storeClientErrors !== 'boolean') refuse('storeClientErrors must be true or false');
+    if (c.onError !== undefined && typeof c.onError !== 'function') refuse('onError must be a function');
+    if (![undefined, false, null].includes(c.logger) && typeof c.logger !== 'function' && !(c.logger && typeof c.logger.error === 'function')) {
+      refuse('logger must be a function of one line, an object with error(line), or false');
+    }
+    if (c.metrics !== undefined && (!c.metrics || typeof c.metrics !== 'object')) refuse('metrics must be an object with onOutcome and onEvent');
     Object.assign(this, c);
     Object.freeze(this.replayHeaders);
     Object.freeze(this);

@@ -2,26 +2,16 @@
 // The HTTP side: status matrix, replay header allowlist and RFC 9457 problem
 // details (the C++ client's idem/http.hpp).
 
-const { KeyStatus, describe } = require('./key');
+const protocol = require('./protocol');
+const { describe } = require('./key');
 
 const REPLAY_HEADER = 'Idempotent-Replayed';
-const PROBLEM_BASE = 'urn:pg-idem:problem:';
-const FINALIZE = 'finalize'; // 2xx, 400, 404, 409, 422: stored and replayed
-const RELEASE = 'release'; //   1xx, 3xx, 401, 403, other 4xx: not stored, key free at once
-const FAIL = 'fail'; //         5xx, 408, 429: not stored, key in cooldown
+const { PROBLEM_BASE, FINALIZE, RELEASE, FAIL, classify } = protocol; // the storage rules: extension/protocol/protocol.toml
 
 const DEFAULT_REPLAY_HEADERS = ['content-type', 'content-disposition', 'content-language', 'cache-control', 'etag', 'location'];
 const NEVER_STORED = new Set(['set-cookie', 'set-cookie2', 'cookie', 'authorization', 'proxy-authorization',
   'www-authenticate', 'proxy-authenticate', 'x-api-key', 'x-csrf-token', 'x-xsrf-token']);
 const NEVER_STORED_PARTS = ['cookie', 'session', 'token', 'authoriz', 'authenticat'];
-
-// What the winner does with its handler's response.
-function classify(status) {
-  if ((status >= 200 && status <= 299) || [400, 404, 409, 422].includes(status)) return FINALIZE;
-  if (status === 408 || status === 429 || (status >= 500 && status <= 599)) return FAIL;
-  if (status >= 100 && status <= 499) return RELEASE;
-  return FAIL; // not an HTTP status: treat as a server error
-}
 
 // Headers never stored whatever the configuration (cookies, auth, session tokens).
 function isNeverStored(name) {
@@ -117,33 +107,29 @@ function problem(status, title, detail, type, retryAfterMs) {
   return makeResponse(status, headers, JSON.stringify(body));
 }
 
-const make = (status, slug, title, detail, retry) => problem(status, title, detail, PROBLEM_BASE + slug, retry);
+// The problem `name` of the protocol (PROBLEMS in ./protocol) in a profile;
+// fill: {keyStatus, limit} for its detail, retryMs for its Retry-After.
+function protocolProblem(name, profile, { keyStatus, limit, retryMs } = {}) {
+  const p = protocol.PROBLEMS[name];
+  if (!p) throw new Error(`pg-idem: no problem named '${name}' in the protocol`);
+  const status = p.status[profile];
+  if (status === undefined) throw new Error(`pg-idem: no profile '${profile}' in the protocol`);
+  const detail = p.detail.replace('{key_status}', () => describe(keyStatus)).replace('{limit}', () => String(limit));
+  return problem(status, p.title, detail, PROBLEM_BASE + p.slug, p.retryAfter ? retryMs : undefined);
+}
 
-// The answers the runner gives instead of running the handler, per profile.
-const problems = {
-  missingKey: () => make(400, 'idempotency-key-missing', 'Idempotency-Key header is missing', describe(KeyStatus.ABSENT)),
-  invalidKey: (profile, why) => make(400, 'idempotency-key-invalid', 'Idempotency-Key header is invalid', describe(why)),
-  keyReused: (profile) => make(profile === 'ietf' ? 422 : 409, 'idempotency-key-reused',
-    'Idempotency-Key is already used for a different request',
-    'This key was used with another request body. Use a new key for a new request.'),
-  inProgress: (profile, retryMs) => make(profile === 'ietf' ? 409 : 503, 'request-in-progress',
-    'A request with this Idempotency-Key is being processed',
-    'Retry after the delay in Retry-After to get its response.', retryMs),
-  cooldown: (profile, retryMs) => make(503, 'request-failed-recently', 'The last attempt with this Idempotency-Key failed',
-    'Retry after the delay in Retry-After.', retryMs),
-  notReplayable: () => make(409, 'response-not-replayable', 'The request was completed but its response cannot be replayed',
-    'The response was too large to store. Use a new key to repeat the request.'),
-  expired: () => make(410, 'idempotency-key-expired', 'This Idempotency-Key has expired',
-    'The request was completed too long ago for its response to be kept. Use a new key to repeat the request.'),
-  requestTooLarge: (profile, limit) => make(413, 'request-too-large', 'Request body too large',
-    `The request body is over ${limit} bytes.`),
-  storeUnavailable: (profile, retryMs) => make(503, 'idempotency-store-unavailable', 'Idempotency store unavailable',
-    'The request was not run. Retry after the delay in Retry-After.', retryMs),
-  outcomeUnknown: (profile, retryMs) => make(503, 'outcome-unknown', 'The outcome of this request is not known yet',
-    'Retry with the same Idempotency-Key: the request will not be run twice.', retryMs),
-};
+// The answers the runner gives instead of running the handler, per profile
+// (problems.keyReused(profile), problems.inProgress(profile, retryMs) ...).
+const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+const problems = Object.freeze({
+  ...Object.fromEntries(Object.keys(protocol.PROBLEMS).map((name) => [camel(name),
+    (profile, retryMs) => protocolProblem(name, profile, { retryMs })])),
+  missingKey: (profile = 'ietf') => protocolProblem('missing_key', profile, { keyStatus: 'absent' }),
+  invalidKey: (profile, why) => protocolProblem('invalid_key', profile, { keyStatus: why }),
+  requestTooLarge: (profile, limit) => protocolProblem('request_too_large', profile, { limit }),
+});
 
 module.exports = {
   REPLAY_HEADER, FINALIZE, RELEASE, FAIL, DEFAULT_REPLAY_HEADERS, classify, isNeverStored, headerPairs, makeResponse,
-  asResponse, headerValue, HeaderAllowlist, headersFromJson, retryAfterSeconds, problem, problems,
+  asResponse, headerValue, HeaderAllowlist, headersFromJson, retryAfterSeconds, problem, problems, protocolProblem,
 };

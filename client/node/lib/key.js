@@ -8,34 +8,15 @@
 
 const crypto = require('node:crypto');
 
-const MAX_KEY_BYTES = 255;
-const DOMAIN = Buffer.from('pg_idem key v1', 'utf8');
+const { KEY_DOMAIN, MAX_KEY_BYTES, KeyStatus, KEY_STATUS_DESCRIPTIONS } = require('./protocol');
 
-const KeyStatus = Object.freeze({
-  OK: 'ok',
-  ABSENT: 'absent',
-  EMPTY: 'empty',
-  DUPLICATED: 'duplicated',
-  TOO_LONG: 'too_long',
-  CONTAINS_NUL: 'contains_nul',
-  INVALID_UTF8: 'invalid_utf8',
-});
-
-const DESCRIPTIONS = {
-  ok: 'The Idempotency-Key is valid.',
-  absent: 'This operation requires an Idempotency-Key header.',
-  empty: 'The Idempotency-Key header is empty.',
-  duplicated: 'The request has more than one Idempotency-Key header.',
-  too_long: 'The Idempotency-Key is longer than 255 bytes.',
-  contains_nul: 'The Idempotency-Key contains a NUL byte.',
-  invalid_utf8: 'The Idempotency-Key is not valid UTF-8.',
-};
+const DOMAIN = Buffer.from(KEY_DOMAIN, 'utf8');
 
 class InvalidKeyError extends Error {}
 
 // A sentence for a problem-details "detail" member.
 function describe(status) {
-  return DESCRIPTIONS[status];
+  return KEY_STATUS_DESCRIPTIONS[status];
 }
 
 // A JS string with a lone surrogate has no UTF-8 form (Buffer.from would

@@ -9,18 +9,42 @@
 // response with Idempotent-Replayed: true, or an RFC 9457 problem. Requests
 // without a key pass through unguarded (or get 400 with keyRequired). The
 // response is buffered so that it can be stored.
+//
+// What the framework answers stays its own: a malformed JSON body is the
+// 400 error express.json() raises (before any claim), a guarded request
+// without a principal is a 401 error for the application's error handler
+// (never the principal "" shared by every caller).
 
 const { Readable } = require('node:stream');
 const pg = require('pg');
 const { Runner } = require('./runner');
+const { Config } = require('./config');
 const { poolOptions } = require('./conninfo');
+const { fingerprintOf } = require('./fingerprint');
+
+// The pool the middleware opens for a connectionString: bounded (node-postgres'
+// own default, said here), so a storm of duplicates cannot take every
+// server connection.
+const DEFAULT_POOL_MAX = 10;
 
 const CLAIM = Symbol.for('pg-idem.claim');
 
+// logger, onError and metrics may be given beside config, as options of the middleware.
+const HOOKS = ['logger', 'onError', 'metrics'];
+
+function configOf(opts) {
+  const hooks = Object.fromEntries(HOOKS.filter((h) => opts[h] !== undefined).map((h) => [h, opts[h]]));
+  if (Object.keys(hooks).length === 0) return opts.config;
+  if (opts.config instanceof Config || opts.runner) throw new TypeError(`pg-idem: give ${HOOKS.join(', ')} in config then`);
+  return { ...(opts.config || {}), ...hooks };
+}
+
 function runnerOf(opts) {
   if (opts.runner) return opts.runner;
-  if (opts.pool) return new Runner(opts.pool, opts.config);
-  if (opts.connectionString) return new Runner(new pg.Pool(poolOptions(opts.connectionString)), opts.config);
+  if (opts.pool) return new Runner(opts.pool, configOf(opts));
+  if (opts.connectionString) {
+    return new Runner(new pg.Pool({ max: DEFAULT_POOL_MAX, ...poolOptions(opts.connectionString) }), configOf(opts));
+  }
   throw new TypeError('pg-idem middleware needs runner, pool or connectionString');
 }
 
@@ -29,7 +53,11 @@ function settings(opts) {
   if (typeof opts.principal !== 'function') {
     // Without it one user's key would replay another user's response.
     throw new TypeError("pg-idem middleware needs principal: (req) => the authenticated actor, part of the key "
-      + "(() => '' for a service without users)");
+      + "(() => 'service' for a service without users)");
+  }
+  const ns = opts.namespace;
+  if (ns !== undefined && (typeof ns !== 'string' || !/^[^\s\u0000]+$/.test(ns))) {
+    throw new TypeError('namespace is a service name without spaces (it prefixes the target in the cache key)');
   }
   if (!['lease', 'fenced', 'in_transaction'].includes(mode)) throw new TypeError("mode must be 'lease', 'fenced' or 'in_transaction'");
   return {
@@ -38,7 +66,45 @@ function settings(opts) {
     principal: opts.principal,
     methods: new Set((opts.methods || ['POST', 'PATCH']).map((m) => m.toUpperCase())),
     keyRequired: Boolean(opts.keyRequired),
+    // Two services on one role and route keep apart: "billing /payments".
+    target: (url) => (ns === undefined ? url : `${ns} ${url}`),
+    fingerprint: fingerprintOf(opts.fingerprint),
   };
+}
+
+// The principal of a guarded request, or an error for the application's
+// error handler: a request without one would share the key space of every
+// other anonymous caller.
+function principalOf(s, req) {
+  const p = s.principal(req);
+  if (p === undefined || p === null || p === '') {
+    const err = new Error('pg-idem: this request has an Idempotency-Key but no principal (principal(req) gave '
+      + `${p === '' ? 'an empty string' : p}); authenticate it first`);
+    err.status = err.statusCode = 401; // eslint-disable-line no-multi-assign
+    err.expose = true;
+    err.code = 'PG_IDEM_NO_PRINCIPAL';
+    throw err;
+  }
+  return p;
+}
+
+// The SyntaxError express.json() (body-parser) raises for a body it cannot
+// parse, so that the application's error handler answers what it answers
+// without this middleware: 400, err.type 'entity.parse.failed'. Strict, as
+// express.json(): only an object or an array at the top.
+function jsonBody(text) {
+  const first = text.replace(/^[\x20\x09\x0a\x0d]+/, '')[0];
+  try {
+    if (first !== undefined && first !== '{' && first !== '[') throw new SyntaxError(`Unexpected token ${first} in JSON at position 0`);
+    return text.length ? JSON.parse(text) : {};
+  } catch (e) {
+    const err = new SyntaxError(e.message);
+    err.status = err.statusCode = 400; // eslint-disable-line no-multi-assign
+    err.expose = true;
+    err.type = 'entity.parse.failed';
+    err.body = text;
+    throw err;
+  }
 }
 
 // Every Idempotency-Key field as received (repeats kept apart), as the
@@ -75,11 +141,12 @@ function runUnder(s, view, route) {
 
 function express(opts = {}) {
   const s = settings(opts);
-  return function pgIdempotency(req, res, next) {
+  function pgIdempotency(req, res, next) {
     if (!s.methods.has(req.method.toUpperCase())) return next();
     const keys = keyFields(req.rawHeaders);
     if (keys.length === 0 && !s.keyRequired) return next();
     (async () => {
+      const principal = principalOf(s, req);
       let body;
       if (Buffer.isBuffer(req.rawBody)) body = req.rawBody;
       else if (req.readableEnded) body = Buffer.from(req.body === undefined ? '' : JSON.stringify(req.body));
@@ -87,17 +154,11 @@ function express(opts = {}) {
         body = await readBody(req, s.runner.config.maxRequestBodyBytes);
         req.rawBody = body;
         // The stream is consumed: parse JSON here and tell body-parser it is done.
-        if (/json/i.test(req.headers['content-type'] || '')) {
-          try {
-            req.body = body.length ? JSON.parse(body.toString('utf8')) : {};
-          } catch {
-            req.body = undefined;
-          }
-        } else req.body = body;
+        req.body = /json/i.test(req.headers['content-type'] || '') ? jsonBody(body.toString('utf8')) : body;
         req._body = true; // eslint-disable-line no-underscore-dangle
       }
-      const view = { principal: s.principal(req), method: req.method.toUpperCase(), target: req.originalUrl, keys, body,
-        keyRequired: s.keyRequired };
+      const view = { principal, method: req.method.toUpperCase(), target: s.target(req.originalUrl), keys, body,
+        fingerprint: s.fingerprint ? s.fingerprint(req, body) : undefined, keyRequired: s.keyRequired };
       const orig = { writeHead: res.writeHead, write: res.write, end: res.end };
       let own = null;
       const result = await runUnder(s, view, (claim, client) => new Promise((resolve) => {
@@ -143,7 +204,12 @@ function express(opts = {}) {
       res.setHeader('Content-Length', r.body.length);
       res.end(r.body);
     })().catch(next);
-  };
+    return undefined;
+  }
+  // await middleware.ready() at start-up to refuse to start on a misconfigured store.
+  pgIdempotency.ready = () => s.runner.ready();
+  pgIdempotency.runner = s.runner;
+  return pgIdempotency;
 }
 
 // ---- Fastify ---------------------------------------------------------------------
@@ -165,8 +231,10 @@ function fastify(instance, opts, done) {
 
   instance.addHook('preHandler', async (request, reply) => {
     if (!guarded(request)) return undefined;
-    const view = { principal: s.principal(request), method: request.method.toUpperCase(), target: request.raw.url,
-      keys: keyFields(request.raw.rawHeaders), body: request.rawBody || Buffer.alloc(0), keyRequired: s.keyRequired };
+    const body = request.rawBody || Buffer.alloc(0);
+    const view = { principal: principalOf(s, request), method: request.method.toUpperCase(), target: s.target(request.raw.url),
+      keys: keyFields(request.raw.rawHeaders), body, fingerprint: s.fingerprint ? s.fingerprint(request, body) : undefined,
+      keyRequired: s.keyRequired };
     let proceed;
     const started = new Promise((r) => { proceed = r; });
     const state = { done: false };
@@ -215,4 +283,4 @@ function fastify(instance, opts, done) {
 fastify[Symbol.for('skip-override')] = true; // what fastify-plugin does: apply to the whole app
 fastify[Symbol.for('fastify.display-name')] = 'pg-idem';
 
-module.exports = { express, fastify, keyFields, CLAIM };
+module.exports = { express, fastify, keyFields, CLAIM, DEFAULT_POOL_MAX };

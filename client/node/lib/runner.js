@@ -1,7 +1,10 @@
 'use strict';
-// The single-flight runner over node-postgres: claim, lease renewal on the
-// claim's own connection, follower wait, status matrix, replay, and the two
-// exactly-once modes. The protocol is the C++ client's
+// The single-flight runner over node-postgres: claim, lease renewal, follower
+// wait, status matrix, replay, and the two exactly-once modes. A request
+// holds a pooled client only while it talks to the server: not while its
+// handler runs (lease, fenced: renewal takes a client per renewal) and not
+// while it waits as a follower (between wait slices), so neither a storm
+// of duplicates nor handlers using the same pool can starve it. The protocol is the C++ client's
 // (client/cpp/src/runner.cpp) without the advisory-lock wake-up: followers
 // use the server-side wait, idem_claim(..., max_wait), when the server has
 // the 4-argument function (checked once per runner), and poll idem_lookup
@@ -13,10 +16,20 @@ const pg = require('pg');
 const { Config } = require('./config');
 const { poolOptions } = require('./conninfo');
 const { FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, asResponse, classify, headersFromJson, makeResponse,
-  problems } = require('./http');
+  problems, protocolProblem } = require('./http');
+const { OUTCOMES } = require('./protocol');
+const { statements, parseSizeSetting } = require('./statements');
+const { Keeper, lockTimeoutText, msText } = require('./keeper');
 const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
+const { checkSetup } = require('./setup');
+const { Reporter } = require('./report');
+const { ClaimContext, normalizeRequest, result } = require('./request');
 
-const WON = new Set(['claimed', 'recovered_ttl', 'recovered_abandoned']);
+const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
+// The statuses of a request that failed validation: with storeClientErrors
+// off (the default, as Stripe) they free the key instead of being stored,
+// so that the corrected request is run, not answered "key reused".
+const VALIDATION_STATUSES = new Set([400, 422]);
 const ISOLATION = { 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' };
 
 // int8 as BigInt for our own queries only; the application's pg defaults are untouched.
@@ -29,10 +42,7 @@ const TYPES = {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
-const msText = (ms) => `${Math.max(1, Math.round(ms))} milliseconds`;
-const lockTimeoutText = (ms) => `${Math.max(1, Math.round(ms))}ms`; // 0 would mean "wait forever"
 const jittered = (base, jitter) => Math.max(1, base * (1 - jitter + Math.random() * 2 * jitter));
-const quoteIdent = (s) => `"${s.replace(/"/g, '""')}"`;
 const sqlstate = (e) => (e && typeof e.code === 'string' ? e.code : undefined);
 const transient = (e) => ['40001', '40P01'].includes(sqlstate(e));
 // The connection is gone: no SQLSTATE (the socket died), class 08, or the
@@ -41,121 +51,6 @@ const connectionLost = (e) => !sqlstate(e) || /^(08|57P0)/.test(sqlstate(e));
 // How many times a result whose handler has run is sent (each failure
 // settled by reading the key) before it is left to its lease.
 const STORE_ATTEMPTS = 3;
-
-// idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1").
-function parseSizeSetting(text) {
-  const m = /^(\d+)(B|kB|MB|GB|TB)?$/.exec(text || '');
-  if (!m) return undefined;
-  return Number(m[1]) * { undefined: 1, B: 1, kB: 1024, MB: 1024 ** 2, GB: 1024 ** 3, TB: 1024 ** 4 }[m[2]];
-}
-
-function statements(schema) {
-  const p = schema ? `${quoteIdent(schema)}.` : '';
-  const cols = 'SELECT r.outcome, r.claim_id::text, r.generation, ceil(extract(epoch FROM r.retry_after) * 1000)::int8 AS retry_ms, '
-    + 'r.response_status, r.response_headers::text, r.response_body';
-  const lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
-  const lease = 'CASE WHEN s.lt IS NOT NULL THEN $4::interval END';
-  const beginFrom = ", pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT "
-    + "pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
-  return {
-    // lock_timeout is set before idem_claim runs (the LATERAL reference orders them).
-    claim: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}) r`,
-    claimWait: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
-    lookup: `${cols} FROM ${p}idem_lookup($1::bytea, $2::bytea) r`,
-    // In the caller's transaction: the budget as lock_timeout for idem_begin only.
-    begin: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}) r`,
-    beginWait: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
-    renew: `SELECT CASE WHEN s.lt IS NOT NULL THEN ${p}idem_renew($2::bytea, $3::uuid, $4::interval) IS NOT NULL END AS ok`
-      + " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s",
-    // Over the client's cap the server records "completed, not replayable"
-    // with idem.max_response_bytes at 0 for this transaction and one byte.
-    finalize: `SELECT ${p}idem_finalize($1::bytea, $2::uuid, $3::int4, $4::jsonb, $5::bytea, $6::boolean) AS ok, `
-      + "pg_catalog.current_setting('idem.max_response_bytes', true) AS cap FROM (SELECT CASE WHEN $7::boolean THEN "
-      + "pg_catalog.set_config('idem.max_response_bytes', '0', true) END AS forced) s",
-    release: `SELECT ${p}idem_release($1::bytea, $2::uuid) AS ok`,
-    fail: `SELECT ${p}idem_fail($1::bytea, $2::uuid, $3::interval) AS ok`,
-    capabilities: "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false) AS claim, "
-      + "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) AS begin "
-      + 'FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d ON d.refclassid = \'pg_catalog.pg_extension\'::pg_catalog.regclass '
-      + "AND d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
-      + "JOIN pg_catalog.pg_proc p ON p.oid = d.objid WHERE e.extname = 'pg_idem'",
-  };
-}
-
-// What a handler knows about the claim it runs under.
-class ClaimContext {
-  constructor(generation = 0n, claimId = null, cacheKey = null, keeper = null) {
-    this.generation = generation; // BigInt fencing number, strictly increasing per key
-    this.claimId = claimId; //       null when the request runs unguarded
-    this.cacheKey = cacheKey;
-    this._keeper = keeper;
-  }
-
-  get guarded() {
-    return this.claimId !== null;
-  }
-
-  // True once renewal found the claim taken over (its result will not be stored).
-  get lost() {
-    return Boolean(this._keeper && this._keeper.lost);
-  }
-}
-
-// Renews the winner's lease every renewInterval on the claim's connection while the handler runs.
-class Keeper {
-  constructor(runner, client, ck, claimId) {
-    Object.assign(this, { runner, client, ck, claimId, lost: false, stopped: false });
-    this.timer = null;
-    this.pending = Promise.resolve();
-    this.schedule(runner.config.renewInterval);
-  }
-
-  schedule(ms) {
-    if (this.stopped || this.lost) return;
-    this.timer = setTimeout(() => {
-      this.pending = this.renew();
-    }, ms);
-  }
-
-  async renew() {
-    const cfg = this.runner.config;
-    let next = cfg.renewInterval;
-    try {
-      const row = await this.runner.q(this.client, this.runner.sql.renew,
-        [lockTimeoutText(cfg.renewInterval), this.ck, this.claimId, msText(cfg.lease)]);
-      if (!row || !row.ok) {
-        this.lost = true; // taken over: stop renewing
-        return;
-      }
-    } catch {
-      next = Math.max(1, cfg.renewInterval / 4); // e.g. lock_timeout: sooner, never in a tight loop
-    }
-    this.schedule(next);
-  }
-
-  async stop() {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.pending;
-  }
-}
-
-function normalizeRequest(req) {
-  let keys = req.keys;
-  if (keys === undefined || keys === null) keys = [];
-  else if (!Array.isArray(keys)) keys = [keys];
-  let body = req.body;
-  if (body === undefined || body === null) body = Buffer.alloc(0);
-  else if (typeof body === 'string') body = Buffer.from(body, 'utf8');
-  else if (!Buffer.isBuffer(body)) body = Buffer.from(body);
-  return { principal: req.principal ?? '', method: req.method ?? 'POST', target: req.target ?? '/', keys, body,
-    keyRequired: Boolean(req.keyRequired) };
-}
-
-function result() {
-  return { response: null, outcome: 'failed', handlerRan: false, replayed: false, leaseStolen: false,
-    outcomeUnknown: false, generation: 0n, error: null };
-}
 
 // Runs a handler once per Idempotency-Key. Share one per pool.
 class Runner {
@@ -166,7 +61,77 @@ class Runner {
     this.config = config instanceof Config ? config : new Config(config || {});
     this.allow = new HeaderAllowlist(this.config.replayHeaders);
     this.sql = statements(this.config.schema);
-    this.serverWait = null; // {claim, begin} once checked
+    this.setup = null; // the first-use check's answer (./setup) once it passed
+    this.reporter = new Reporter(this.config.logger, this.config.onError);
+  }
+
+  // {claim, begin}: whether the server waits for followers itself (null before the first check).
+  get serverWait() {
+    return this.setup ? this.setup.serverWait : null;
+  }
+
+  // The first-use check (./setup): the extension, its version, the role's
+  // privileges and path, the lease within idem.max_lease. Resolves once it
+  // passed (then never again); rejects with a SetupError saying what to fix.
+  // Await it at start-up to refuse to start; every run checks it first.
+  async ready(client) {
+    if (this.setup) return this.setup;
+    let own = null;
+    try {
+      if (!client) client = own = await this.checkout();
+      this.setup = await checkSetup(client, this.config);
+      return this.setup;
+    } finally {
+      if (own) this.giveBack(own);
+    }
+  }
+
+  event(name) {
+    const m = this.config.metrics;
+    if (m && m.onEvent) m.onEvent(name);
+  }
+
+  // What the winner does with its handler's response: the protocol's
+  // storage rules, but for validation failures when they are not stored.
+  storage(status) {
+    const action = classify(status);
+    if (action === FINALIZE && !this.config.storeClientErrors && VALIDATION_STATUSES.has(status)) return RELEASE;
+    return action;
+  }
+
+  // Every public run goes through here: its store error logged (once per
+  // cause) and given to onError, its outcome and events counted.
+  async observe(run) {
+    const m = this.config.metrics;
+    let res;
+    try {
+      res = await run();
+    } catch (e) {
+      if (m && m.onOutcome) m.onOutcome('failed'); // the handler threw: the caller sees the error
+      throw e;
+    }
+    if (res.error) this.reporter.report(res.error);
+    if (res.leaseStolen) this.event('lease_stolen');
+    if (res.outcomeUnknown) this.event('unknown_outcome');
+    if (m && m.onOutcome) m.onOutcome(res.outcome);
+    return res;
+  }
+
+  // The claim's connection: held from the claim that wins to the end of the
+  // call, handed back between a follower's rounds, so that waiting
+  // duplicates hold no pooled connection (behind a transaction-mode pooler,
+  // no server connection either) while the winner needs one to finish.
+  async hold(c) {
+    if (!c.client) c.client = await this.checkout();
+    return c.client;
+  }
+
+  handBack(c) {
+    if (!c.client) return;
+    if (c.broken) c.client.idemBroken = true; // the claim's client goes back to be destroyed, not reused
+    this.giveBack(c.client);
+    c.client = null;
+    c.broken = false;
   }
 
   // One unnamed statement; its first row.
@@ -193,7 +158,7 @@ class Runner {
   }
 
   timedOut(c) {
-    return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), 'timeout');
+    return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), OUTCOMES.in_progress.result);
   }
 
   // {early} when the request goes no further; {c: null} to run unguarded.
@@ -209,25 +174,13 @@ class Runner {
     return {
       c: {
         ck: cacheKey(req.principal, req.method, req.target, req.keys[0]),
-        rh: requestHash(req.body),
+        rh: requestHash(req.fingerprint),
         deadline: now() + this.config.followerWaitBudget,
         iterations: 0,
         backoff: this.config.pollMin,
         res: result(),
       },
     };
-  }
-
-  // Checks once per runner whether the server waits for followers itself.
-  async capabilities(client) {
-    if (this.serverWait === null) {
-      if (this.config.serverWait === false) this.serverWait = { claim: false, begin: false };
-      else {
-        const row = await this.q(client, this.sql.capabilities, []);
-        this.serverWait = { claim: Boolean(row && row.claim), begin: Boolean(row && row.begin) };
-      }
-    }
-    return this.serverWait;
   }
 
   parseRow(row) {
@@ -247,12 +200,13 @@ class Runner {
   }
 
   async claim(c, client, wait) {
-    const caps = await this.capabilities(client);
+    const caps = (await this.ready(client)).serverWait;
     const rem = Math.max(0, c.deadline - now());
     const lease = msText(this.config.lease);
     if (wait && caps.claim) {
-      // The server's own wait ends first; lock_timeout only guards it.
-      return this.parseRow(await this.q(client, this.sql.claimWait, [lockTimeoutText(rem + 1000), c.ck, c.rh, lease, msText(rem)]));
+      // The server's own wait, one slice at a time; lock_timeout only guards it.
+      const slice = Math.min(rem, this.config.waitSlice);
+      return this.parseRow(await this.q(client, this.sql.claimWait, [lockTimeoutText(slice + 1000), c.ck, c.rh, lease, msText(slice)]));
     }
     return this.parseRow(await this.q(client, this.sql.claim, [lockTimeoutText(rem), c.ck, c.rh, lease]));
   }
@@ -263,24 +217,21 @@ class Runner {
 
   // A follower's answer, or 'wait' / 'claim'.
   onRow(c, row) {
-    const p = this.config.profile;
-    switch (row.outcome) {
-      case 'replay': {
-        const headers = headersFromJson(row.headersJson);
-        headers.push([REPLAY_HEADER, 'true']);
-        c.res.response = makeResponse(row.status || 200, headers, row.body || Buffer.alloc(0));
-        c.res.replayed = true;
-        return this.finish(c, 'replay');
-      }
-      case 'not_replayable': return this.answer(c, problems.notReplayable(p), 'conflict');
-      case 'mismatch': return this.answer(c, problems.keyReused(p), 'conflict');
-      case 'expired': return this.answer(c, problems.expired(p), 'conflict');
-      case 'cooldown': return this.answer(c, problems.cooldown(p, row.retryAfter ?? this.config.retryAfter), 'failed');
-      case 'in_progress': return 'wait';
-      case 'absent':
-      case 'claimable': return 'claim';
-      default: throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
+    const o = OUTCOMES[row.outcome];
+    if (!o || o.action === 'run') throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
+    if (o.action === 'replay') {
+      const headers = headersFromJson(row.headersJson);
+      headers.push([REPLAY_HEADER, 'true']);
+      c.res.response = makeResponse(row.status || 200, headers, row.body || Buffer.alloc(0));
+      c.res.replayed = true;
+      return this.finish(c, o.result);
     }
+    if (o.action === 'answer') {
+      if (o.problem === 'cooldown') this.event('retryable_cooldown');
+      const retryMs = row.retryAfter ?? this.config.retryAfter;
+      return this.answer(c, protocolProblem(o.problem, this.config.profile, { retryMs }), o.result);
+    }
+    return o.action; // 'wait' or 'claim'
   }
 
   // The answer, or {claim, wait} for the next round.
@@ -293,6 +244,8 @@ class Runner {
     }
     if (typeof n === 'object') return n;
     if (n === 'claim') return { claim: true, wait: false };
+    if (!c.waited) this.event('pending_wait');
+    c.waited = true;
     if (now() >= c.deadline) return this.timedOut(c);
     if (serverWait) return { claim: true, wait: true }; // claim again, waiting in the server
     let nap = jittered(c.backoff, this.config.pollJitter);
@@ -303,13 +256,15 @@ class Runner {
     return { claim: false, wait: false };
   }
 
-  async loop(c, client, win, claimFirst = true) {
+  async loop(c, win, claimFirst = true) {
     let doClaim = claimFirst;
     let wait = false;
     for (;;) {
-      if (++c.iterations > this.config.maxIterations) return this.timedOut(c);
+      // A server-side wait slice is bounded by the deadline, not counted.
+      if (!wait && ++c.iterations > this.config.maxIterations) return this.timedOut(c);
       let row;
       try {
+        const client = await this.hold(c);
         row = doClaim ? await this.claim(c, client, wait) : await this.lookup(c, client);
       } catch (e) {
         if (sqlstate(e) === '55P03') { // locked by an idem_begin transaction
@@ -322,21 +277,32 @@ class Runner {
         }
         return this.unavailable(c, e);
       }
-      if (doClaim && row.won) return win(row);
-      const n = await this.follow(c, row, (this.serverWait || {}).claim);
+      if (doClaim && row.won) {
+        this.event(row.outcome);
+        return win(row);
+      }
+      this.handBack(c);
+      const n = await this.follow(c, row, this.setup.serverWait.claim);
       if (n.response !== undefined) return n;
       ({ claim: doClaim, wait } = n);
     }
   }
 
+  // Releases or fails the claim, on `client` or on one of the pool's.
   async giveUp(c, client, claimId, action) {
+    let own = null;
     try {
+      if (!client) client = own = await this.checkout();
       const row = action === FAIL
         ? await this.q(client, this.sql.fail, [c.ck, claimId, msText(this.config.failureCooldown)])
         : await this.q(client, this.sql.release, [c.ck, claimId]);
       if (!row || !row.ok) c.res.leaseStolen = true;
     } catch (e) {
+      this.event('release_error');
       c.res.error = c.res.error || e;
+      if (own) own.idemBroken = true;
+    } finally {
+      if (own) this.giveBack(own);
     }
   }
 
@@ -374,7 +340,11 @@ class Runner {
   // ---- lease mode ------------------------------------------------------------
 
   // handler(claim) -> {status, headers, body}, with no transaction open.
-  async run(request, handler) {
+  run(request, handler) {
+    return this.observe(() => this.runLease(request, handler));
+  }
+
+  async runLease(request, handler) {
     const { early, c } = this.prepare(request);
     if (early) return early;
     if (!c) {
@@ -384,23 +354,19 @@ class Runner {
       res.outcome = 'unguarded';
       return res;
     }
-    let client;
     try {
-      client = await this.checkout();
-    } catch (e) {
-      return this.unavailable(c, e);
-    }
-    try {
-      return await this.loop(c, client, (row) => this.winLease(c, client, row, handler));
+      return await this.loop(c, (row) => this.winLease(c, row, handler));
     } finally {
-      if (c.broken) client.idemBroken = true;
-      this.giveBack(client);
+      this.handBack(c);
     }
   }
 
-  async winLease(c, client, row, handler) {
+  async winLease(c, row, handler) {
     c.res.generation = row.generation;
-    const keeper = new Keeper(this, client, c.ck, row.claimId);
+    // The claim is committed: no client is held while the handler runs
+    // (renewal, release and finalize take one from the pool each).
+    this.handBack(c);
+    const keeper = new Keeper(this, null, c.ck, row.claimId);
     const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
     let resp;
     try {
@@ -408,16 +374,16 @@ class Runner {
       resp = asResponse(await handler(ctx));
     } catch (e) {
       await keeper.stop();
-      await this.giveUp(c, client, row.claimId, FAIL);
+      await this.giveUp(c, null, row.claimId, FAIL);
       this.finish(c, 'failed');
       throw e;
     }
     await keeper.stop();
-    const action = classify(resp.status);
+    const action = this.storage(resp.status);
     if (action !== FINALIZE) {
-      await this.giveUp(c, client, row.claimId, action);
+      await this.giveUp(c, null, row.claimId, action);
       c.res.outcome = action === FAIL ? 'failed' : 'won_completed';
-    } else await this.storeLease(c, client, row, resp);
+    } else await this.storeLease(c, null, row, resp);
     // Not stored: the caller is told so, never given a response a retry could not replay.
     c.res.response = c.res.outcomeUnknown ? problems.outcomeUnknown(this.config.profile, this.config.retryAfter) : resp;
     return this.finish(c, c.res.outcome);
@@ -439,6 +405,7 @@ class Runner {
         if (!target) target = fresh = await this.checkout();
         r = await this.q(target, this.sql.finalize, params);
       } catch (e) {
+        this.event('finalize_error');
         c.res.error = e;
         if (fresh) {
           fresh.idemBroken = true;
@@ -460,7 +427,10 @@ class Runner {
       if (!r || !r.ok) {
         c.res.leaseStolen = true;
         c.res.outcome = 'won_completed';
-      } else c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+        return;
+      }
+      this.event('finalized');
+      c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
       return;
     }
     c.res.outcomeUnknown = true;
@@ -538,26 +508,27 @@ class Runner {
 
   // Claim first; handler(client, claim) runs in a transaction on a second
   // connection, in which the response is stored, fenced by the claim.
-  async runFenced(request, handler, isolation) {
+  runFenced(request, handler, isolation) {
+    return this.observe(() => this.fencedRun(request, handler, isolation));
+  }
+
+  async fencedRun(request, handler, isolation) {
     const { early, c } = this.prepare(request);
     if (early) return early;
     if (!c) return this.unguardedTx(handler, isolation);
-    let client;
     try {
-      client = await this.checkout();
-    } catch (e) {
-      return this.unavailable(c, e);
-    }
-    try {
-      return await this.loop(c, client, (row) => this.winFenced(c, client, row, handler, isolation));
+      return await this.loop(c, (row) => this.winFenced(c, row, handler, isolation));
     } finally {
-      this.giveBack(client);
+      this.handBack(c);
     }
   }
 
-  async winFenced(c, client, row, handler, isolation) {
+  async winFenced(c, row, handler, isolation) {
     c.res.generation = row.generation;
-    const keeper = new Keeper(this, client, c.ck, row.claimId);
+    // Only the handler's transaction holds a client while it runs (two per
+    // request would deadlock a pool of n under n requests).
+    this.handBack(c);
+    const keeper = new Keeper(this, null, c.ck, row.claimId);
     const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
     let todo = 'give_up';
     let action = FAIL;
@@ -590,7 +561,7 @@ class Runner {
         // 40P01) and a lost claim (IL001).
         let committing = false;
         try {
-          action = classify(resp.status);
+          action = this.storage(resp.status);
           if (action === FAIL) {
             await this.rollbackQuietly(tx); // a failure leaves none of its writes behind
             break;
@@ -604,6 +575,7 @@ class Runner {
           const r = await this.q(tx, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true));
           committing = true;
           await tx.query('COMMIT');
+          this.event('finalized');
           outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
           todo = 'done';
           break;
@@ -615,6 +587,7 @@ class Runner {
             break;
           }
           if (transient(e) && attempt < this.config.transactionAttempts) continue;
+          this.event('finalize_error');
           c.res.error = e;
           todo = 'pending';
           if (connectionLost(e)) tx.idemBroken = true;
@@ -633,14 +606,14 @@ class Runner {
       }
     }
     await keeper.stop();
-    if (todo === 'give_up') await this.giveUp(c, client, row.claimId, action);
+    if (todo === 'give_up') await this.giveUp(c, null, row.claimId, action);
     if (err) {
       this.finish(c, 'failed');
       throw err;
     }
     if (todo === 'follow') {
       c.deadline = now() + this.config.followerWaitBudget;
-      return this.loop(c, client, (r) => this.winFenced(c, client, r, handler, isolation), false);
+      return this.loop(c, (r) => this.winFenced(c, r, handler, isolation), false);
     }
     if (todo === 'pending') {
       // Nothing of this run is stored and the key stays ours until its
@@ -668,42 +641,43 @@ class Runner {
   }
 
   // BEGIN; idem_begin; handler(client, claim); idem_finalize; COMMIT.
-  async runInTransaction(request, handler, isolation) {
+  runInTransaction(request, handler, isolation) {
+    return this.observe(() => this.inTxRun(request, handler, isolation));
+  }
+
+  async inTxRun(request, handler, isolation) {
     const { early, c } = this.prepare(request);
     if (early) return early;
     if (!c) return this.unguardedTx(handler, isolation);
-    let client;
     try {
-      client = await this.checkout();
-    } catch (e) {
-      return this.unavailable(c, e);
-    }
-    try {
-      return await this.inTxLoop(c, client, handler, isolation);
+      return await this.inTxLoop(c, handler, isolation);
     } finally {
-      this.giveBack(client);
+      this.handBack(c);
     }
   }
 
-  async inTxLoop(c, client, handler, isolation) {
+  async inTxLoop(c, handler, isolation) {
     let doClaim = true;
     let wait = false;
     let attempts = 0;
     for (;;) {
-      if (++c.iterations > this.config.maxIterations) return this.timedOut(c);
+      if (!wait && ++c.iterations > this.config.maxIterations) return this.timedOut(c);
       let inTx = false;
       let row;
+      let client;
       try {
+        client = await this.hold(c);
         if (!doClaim) row = await this.lookup(c, client);
         else {
-          const caps = await this.capabilities(client);
+          const caps = (await this.ready(client)).serverWait;
           await this.begin(client, isolation);
           inTx = true;
           const rem = Math.max(0, c.deadline - now());
+          const slice = Math.min(rem, this.config.waitSlice);
           const lease = msText(this.config.lease);
-          // Duplicates wait inside idem_begin for the first transaction, bounded by the budget.
+          // Duplicates wait inside idem_begin for the first transaction, a slice at a time.
           row = this.parseRow(wait && caps.begin
-            ? await this.q(client, this.sql.beginWait, [lockTimeoutText(rem + 1000), c.ck, c.rh, lease, msText(rem)])
+            ? await this.q(client, this.sql.beginWait, [lockTimeoutText(slice + 1000), c.ck, c.rh, lease, msText(slice)])
             : await this.q(client, this.sql.begin, [lockTimeoutText(rem), c.ck, c.rh, lease]));
         }
       } catch (e) {
@@ -720,6 +694,7 @@ class Runner {
       }
 
       if (doClaim && row.won) {
+        this.event(row.outcome);
         c.res.generation = row.generation;
         const ctx = new ClaimContext(row.generation, row.claimId, c.ck);
         let resp;
@@ -745,7 +720,7 @@ class Runner {
         // this call (but for the server's own "retry the transaction", 40001
         // / 40P01, which rolled everything back).
         try {
-          const action = classify(resp.status);
+          const action = this.storage(resp.status);
           let setting;
           if (action === FINALIZE) setting = (await this.q(client, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true))).cap;
           else if (action === RELEASE) await this.q(client, this.sql.release, [c.ck, row.claimId]);
@@ -756,6 +731,7 @@ class Runner {
           }
           await client.query('COMMIT');
           c.res.response = resp;
+          if (action === FINALIZE) this.event('finalized');
           if (action === FINALIZE) return this.finish(c, this.uncached(resp, setting) ? 'completed_uncacheable' : 'won_completed');
           return this.finish(c, action === FAIL ? 'failed' : 'won_completed');
         } catch (e) {
@@ -769,6 +745,7 @@ class Runner {
           // Nothing of this request is committed. Keep a cooldown (duplicates
           // waiting in idem_begin are not run at once) and tell the caller
           // that its result was not stored.
+          this.event('finalize_error');
           c.res.error = e;
           if (connectionLost(e)) {
             c.res.outcomeUnknown = true; // a COMMIT may have been in flight
@@ -779,7 +756,8 @@ class Runner {
         }
       }
       if (inTx) await this.rollbackQuietly(client);
-      const n = await this.follow(c, row, (this.serverWait || {}).begin);
+      this.handBack(c);
+      const n = await this.follow(c, row, this.setup.serverWait.begin);
       if (n.response !== undefined) return n;
       ({ claim: doClaim, wait } = n);
     }
@@ -796,5 +774,7 @@ class Runner {
     };
   }
 }
+
+Runner.WON = WON; // the claim outcomes whose caller runs the handler
 
 module.exports = { Runner, ClaimContext, parseSizeSetting, TYPES };

@@ -1,0 +1,100 @@
+'use strict';
+// The first-use check: before its first claim a runner makes sure that the
+// extension is there, is not older than this client supports, that the
+// role may EXECUTE the functions the runner calls and finds them (the
+// extension's schema on its search_path, or `schema` set), and that the
+// configured lease and cooldown are within the server's idem.max_lease.
+// Each misconfiguration is one SetupError saying what to do, instead of
+// every request answering 503 with nothing in the log.
+
+// The oldest extension this client runs against: 0.4.0, the release before
+// this one, whose upgrade path tests/t/050_upgrade.pl checks.
+const OLDEST_EXTENSION = '0.4.0';
+
+// Every function the runner calls.
+const FUNCTIONS = ['idem_begin', 'idem_claim', 'idem_fail', 'idem_finalize', 'idem_lookup', 'idem_release', 'idem_renew'];
+
+class SetupError extends Error {
+  constructor(message, fix) {
+    super(fix ? `${message}; fix: ${fix}` : message);
+    this.name = 'SetupError';
+    this.code = 'PG_IDEM_SETUP';
+    this.fix = fix;
+  }
+}
+
+const QUERY = 'SELECT e.extversion AS version, n.nspname AS schema, '
+  + "pg_catalog.has_schema_privilege(n.oid, 'USAGE') AS usage, "
+  + 'n.nspname OPERATOR(pg_catalog.=) ANY (pg_catalog.current_schemas(false)) AS on_path, '
+  + "pg_catalog.current_setting('search_path') AS search_path, current_user AS role, "
+  + "pg_catalog.array_remove(pg_catalog.array_agg(DISTINCT CASE WHEN p.proname OPERATOR(pg_catalog.=) ANY ($1::name[]) AND NOT "
+  + "pg_catalog.has_function_privilege(p.oid, 'EXECUTE') THEN p.proname::text END), NULL) AS denied, "
+  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_claim' AND p.pronargs OPERATOR(pg_catalog.=) 4), false) AS claim_wait, "
+  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_begin' AND p.pronargs OPERATOR(pg_catalog.=) 4), false) AS begin_wait, "
+  + '(SELECT s.setting || coalesce(s.unit, \'\') FROM pg_catalog.pg_settings s '
+  + "WHERE s.name OPERATOR(pg_catalog.=) 'idem.max_lease') AS max_lease "
+  + 'FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace '
+  + "LEFT JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass "
+  + "AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' "
+  + "AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass "
+  + 'LEFT JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid '
+  + "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem' GROUP BY e.extversion, n.nspname, n.oid";
+
+const versionParts = (v) => String(v).split('.').map((x) => Number.parseInt(x, 10) || 0);
+function olderThan(a, b) {
+  const [x, y] = [versionParts(a), versionParts(b)];
+  for (let i = 0; i < Math.max(x.length, y.length); i++) if ((x[i] || 0) !== (y[i] || 0)) return (x[i] || 0) < (y[i] || 0);
+  return false;
+}
+
+// pg_settings' setting and unit ("3600000ms", "60s") in milliseconds.
+function settingMs(text) {
+  const m = /^(\d+)(ms|s|min|h|d)?$/.exec(text || '');
+  if (!m) return undefined;
+  return Number(m[1]) * { undefined: 1, ms: 1, s: 1000, min: 60000, h: 3600000, d: 86400000 }[m[2]];
+}
+
+// Checks the server for this configuration on a connection; returns
+// {version, schema, serverWait: {claim, begin}, maxLease} or throws SetupError.
+async function checkSetup(client, config) {
+  const r = await client.query({ text: QUERY, values: [FUNCTIONS] });
+  const row = r.rows[0];
+  if (!row) {
+    throw new SetupError('the extension pg_idem is not installed in this database',
+      'CREATE EXTENSION pg_idem (as its owner; see docs/guides/privileges.md)');
+  }
+  if (olderThan(row.version, OLDEST_EXTENSION)) {
+    throw new SetupError(`the extension pg_idem is version ${row.version}, older than ${OLDEST_EXTENSION}, the oldest this client supports`,
+      'ALTER EXTENSION pg_idem UPDATE (docs/guides/upgrading.md)');
+  }
+  if (config.schema !== undefined && config.schema !== row.schema) {
+    throw new SetupError(`the configured schema is "${config.schema}", but pg_idem is installed in schema "${row.schema}"`,
+      `set schema: '${row.schema}'`);
+  }
+  if (!row.usage) {
+    throw new SetupError(`role "${row.role}" may not use schema "${row.schema}", where pg_idem is installed`,
+      `GRANT idem_client TO "${row.role}" (or GRANT USAGE ON SCHEMA "${row.schema}")`);
+  }
+  if (row.denied.length) {
+    throw new SetupError(`role "${row.role}" may not EXECUTE ${row.denied.join(', ')}`, `GRANT idem_client TO "${row.role}"`);
+  }
+  if (config.schema === undefined && !row.on_path) {
+    throw new SetupError(`pg_idem is installed in schema "${row.schema}", which is not on the search_path of role "${row.role}" `
+      + `(search_path: ${row.search_path})`,
+    `set schema: '${row.schema}' in the pg-idem config, or ALTER ROLE "${row.role}" SET search_path = "$user", public, "${row.schema}"`);
+  }
+  const maxLease = settingMs(row.max_lease);
+  if (maxLease !== undefined) {
+    for (const name of ['lease', 'failureCooldown']) {
+      if (config[name] > maxLease) {
+        throw new SetupError(`${name} is ${config[name]} ms, over the server's idem.max_lease (${maxLease} ms)`,
+          `lower ${name} (milliseconds), or raise idem.max_lease (superuser)`);
+      }
+    }
+  }
+  const serverWait = config.serverWait === false ? { claim: false, begin: false }
+    : { claim: Boolean(row.claim_wait), begin: Boolean(row.begin_wait) };
+  return { version: row.version, schema: row.schema, serverWait, maxLease };
+}
+
+module.exports = { OLDEST_EXTENSION, FUNCTIONS, SetupError, checkSetup, olderThan, settingMs };

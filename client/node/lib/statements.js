@@ -1,0 +1,48 @@
+'use strict';
+// The runner's SQL: unnamed statements only (no `name:`), so that they work
+// behind a transaction-mode pooler; set_config(..., true) is local to its
+// statement's transaction, so no session state is left behind.
+
+const quoteIdent = (s) => `"${s.replace(/"/g, '""')}"`;
+
+// idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1").
+function parseSizeSetting(text) {
+  const m = /^(\d+)(B|kB|MB|GB|TB)?$/.exec(text || '');
+  if (!m) return undefined;
+  return Number(m[1]) * { undefined: 1, B: 1, kB: 1024, MB: 1024 ** 2, GB: 1024 ** 3, TB: 1024 ** 4 }[m[2]];
+}
+
+function statements(schema) {
+  const p = schema ? `${quoteIdent(schema)}.` : '';
+  const cols = 'SELECT r.outcome, r.claim_id::text, r.generation, ceil(extract(epoch FROM r.retry_after) * 1000)::int8 AS retry_ms, '
+    + 'r.response_status, r.response_headers::text, r.response_body';
+  const lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
+  const lease = 'CASE WHEN s.lt IS NOT NULL THEN $4::interval END';
+  const beginFrom = ", pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT "
+    + "pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
+  return {
+    // lock_timeout is set before idem_claim runs (the LATERAL reference orders them).
+    claim: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}) r`,
+    claimWait: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
+    lookup: `${cols} FROM ${p}idem_lookup($1::bytea, $2::bytea) r`,
+    // In the caller's transaction: the budget as lock_timeout for idem_begin only.
+    begin: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}) r`,
+    beginWait: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
+    renew: `SELECT CASE WHEN s.lt IS NOT NULL THEN ${p}idem_renew($2::bytea, $3::uuid, $4::interval) IS NOT NULL END AS ok`
+      + " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s",
+    // Over the client's cap the server records "completed, not replayable"
+    // with idem.max_response_bytes at 0 for this transaction and one byte.
+    finalize: `SELECT ${p}idem_finalize($1::bytea, $2::uuid, $3::int4, $4::jsonb, $5::bytea, $6::boolean) AS ok, `
+      + "pg_catalog.current_setting('idem.max_response_bytes', true) AS cap FROM (SELECT CASE WHEN $7::boolean THEN "
+      + "pg_catalog.set_config('idem.max_response_bytes', '0', true) END AS forced) s",
+    release: `SELECT ${p}idem_release($1::bytea, $2::uuid) AS ok`,
+    fail: `SELECT ${p}idem_fail($1::bytea, $2::uuid, $3::interval) AS ok`,
+    capabilities: "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false) AS claim, "
+      + "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) AS begin "
+      + 'FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d ON d.refclassid = \'pg_catalog.pg_extension\'::pg_catalog.regclass '
+      + "AND d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
+      + "JOIN pg_catalog.pg_proc p ON p.oid = d.objid WHERE e.extname = 'pg_idem'",
+  };
+}
+
+module.exports = { statements, parseSizeSetting, quoteIdent };
