@@ -179,7 +179,7 @@ next_generation(KeyTable *table, const KeyRow *row)
 	int64		generation = sequence_value + generation_base();
 
 	if ((sequence_value <= IDEM_YOUNG_SEQUENCE || generation <= row->generation) &&
-		idem_generations_catch_up(table->namespace, generation))
+		idem_generations_catch_up(direct_namespace(table), generation))
 		generation = key_table_next_generation(table) + generation_base();
 	return Max(generation, row->generation + 1);
 }
