@@ -169,7 +169,8 @@ build_major_from_source() {
             for m in $MAJOR_CONTRIB; do make -C "$build/contrib/$m" -j"$(nproc)" -s install || exit 1; done &&
             make -C "$build/src/test/regress" -s install &&
             make -C "$build/src/test/isolation" -j"$(nproc)" -s install &&
-            make -C "$build/src/test/perl" -s install
+            make -C "$build/src/test/perl" -s install &&
+            cp "$build/src/tools/valgrind.supp" "$dir/share/valgrind.supp"   # for the valgrind suite
     } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "build failed: $log" >&2; return 1; }
     rm -rf "$build"
     build_plproxy "$dir" "$log"

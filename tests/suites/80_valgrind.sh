@@ -63,7 +63,8 @@ suite_valgrind() {
     # pg_ctl starts the postmaster through this wrapper; every backend is
     # a fork of it, so all of them run under memcheck.
     supp=""
-    for f in "$WORK"/src/tests/valgrind/*.supp ${VALGRIND_SUPPRESSIONS:-}; do
+    # A source build (make test PG=18) keeps PostgreSQL's own suppressions.
+    for f in "$WORK"/src/tests/valgrind/*.supp ${PG_PREFIX:+"$PG_PREFIX/share/valgrind.supp"} ${VALGRIND_SUPPRESSIONS:-}; do
         [ -f "$f" ] && supp="$supp --suppressions=$f"
     done
     as_run_user tee "$vg/postgres" >/dev/null <<WRAPPER
