@@ -23,7 +23,7 @@ from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Resp
                    classify, headers_from_json, problems)
 from .key import KeyStatus, cache_key, check_key_header, request_hash
 # The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
-from ._ops import (PREPARED_STATEMENT_ERRORS, Acquire, CallHandler, Query, Release, Sleep,  # noqa: F401
+from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, CallHandler, Query, Release, Sleep,  # noqa: F401
                    StartKeeper, StopKeeper, unprepared_retry)
 # _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
 from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting

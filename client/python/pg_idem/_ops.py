@@ -10,6 +10,12 @@ import psycopg
 # under that name (42P05): what a transaction-mode pooler does to psycopg's
 # prepared statements. The same statement sent unprepared works.
 PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
+# The server backend's pid: a pooler (PgBouncer, pgcat, Odyssey) gives its
+# clients a backend key of its own, so conn.info.backend_pid differs from it
+# there. A transaction-mode pooler gives each transaction any server
+# session, where psycopg's prepared statements do not exist (26000), clash
+# (42P05) or are another client's: such a connection must not prepare.
+BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
 
 
 @dataclasses.dataclass

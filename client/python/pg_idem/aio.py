@@ -4,6 +4,7 @@ import asyncio
 import functools
 import inspect
 import time
+import weakref
 
 import psycopg
 from psycopg import pq
@@ -84,8 +85,7 @@ class AsyncSimplePool:
 
 def _pool_of(source):
     if isinstance(source, str):
-        # Pooler-safe, as pg_idem.runner's: no prepared statements on the dsn= pool's connections.
-        return AsyncSimplePool(source, prepare_threshold=None)
+        return AsyncSimplePool(source)  # pooler-safe: the runner checks each connection for a pooler
     if hasattr(source, "getconn") and hasattr(source, "putconn"):
         return source
     raise TypeError("pass a conninfo string, a pg_idem.aio.AsyncSimplePool or a "
@@ -140,6 +140,7 @@ class AsyncRunner:
         self.pool = _pool_of(pool)
         self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
+        self._seen = weakref.WeakSet()  # connections checked for a pooler
 
     @property
     def config(self):
@@ -189,6 +190,14 @@ class AsyncRunner:
                     await conn.rollback()
                 await conn.set_autocommit(True)
                 self._autocommit[id(conn)] = True
+            if conn not in self._seen:
+                # Once per connection: behind a pooler, which answers with a
+                # backend pid of its own, nothing is prepared (each
+                # transaction may reach another server session).
+                self._seen.add(conn)
+                row = await (await conn.execute(e.BACKEND_PID, prepare=False)).fetchone()
+                if row[0] != conn.info.backend_pid:
+                    conn.prepare_threshold = None
         except BaseException:
             await self.pool.putconn(conn)
             raise

@@ -4,6 +4,7 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 
 import psycopg
 import psycopg.conninfo
@@ -114,10 +115,7 @@ def _exhausted(pool):
 
 def _pool_of(source):
     if isinstance(source, str):
-        # Pooler-safe: a transaction-mode pooler (PgBouncer) gives each
-        # transaction any server session, where psycopg's prepared
-        # statements do not exist (26000) or clash (42P05).
-        return SimplePool(source, prepare_threshold=None)
+        return SimplePool(source)  # pooler-safe: the runner checks each connection for a pooler
     if hasattr(source, "getconn") and hasattr(source, "putconn"):
         return source
     raise TypeError("pass a conninfo string, a pg_idem.SimplePool or a psycopg_pool.ConnectionPool")
@@ -172,6 +170,7 @@ class Runner:
         self.pool = _pool_of(pool)
         self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
+        self._seen = weakref.WeakSet()  # connections checked for a pooler
 
     @property
     def config(self):
@@ -229,6 +228,13 @@ class Runner:
                     conn.rollback()
                 conn.autocommit = True
                 self._autocommit[id(conn)] = True
+            if conn not in self._seen:
+                # Once per connection: behind a pooler, which answers with a
+                # backend pid of its own, nothing is prepared (each
+                # transaction may reach another server session).
+                self._seen.add(conn)
+                if conn.execute(e.BACKEND_PID, prepare=False).fetchone()[0] != conn.info.backend_pid:
+                    conn.prepare_threshold = None
         except BaseException:
             self.pool.putconn(conn)
             raise

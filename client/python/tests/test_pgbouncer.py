@@ -149,3 +149,14 @@ def test_a_pool_that_prepares_recovers_behind_a_pooler(bouncer):
     assert statuses == [201] * 36
     for p in pools:
         p.close()
+
+
+def test_a_pooler_is_told_apart_from_the_server(bouncer, dsn):
+    """Straight to the server the dsn= pool's connections keep psycopg's
+    prepared statements (today's speed); behind the pooler, whose backend
+    key is its own, they prepare nothing."""
+    direct, pooled = Runner(dsn), Runner(bouncer)
+    for r in (direct, pooled):
+        assert r.run(req(str(uuid.uuid4()), "/tell"), lambda claim: Response(201)).response.status == 201
+    (d,), (p,) = direct.pool._idle, pooled.pool._idle
+    assert d.prepare_threshold == 5 and p.prepare_threshold is None
