@@ -57,8 +57,8 @@ SELECT idem_finalize(pg_temp.k('k'), claim_id, 200, NULL, 'bob''s')
 RESET ROLE;
 
 -- Two rows, one per role; alice still replays hers, bob his.
-SELECT scope, state, convert_from(response_body, 'UTF8') AS body
-  FROM idem_keys WHERE cache_key = pg_temp.k('k') ORDER BY scope;
+SELECT scope::regrole, state, convert_from(response_body, 'UTF8') AS body
+  FROM idem_keys WHERE cache_key = pg_temp.k('k') ORDER BY scope::regrole::text;
 SET ROLE regress_alice;
 SELECT outcome, convert_from(response_body, 'UTF8') AS body
   FROM idem_claim(pg_temp.k('k'), pg_temp.h('one'));
@@ -86,7 +86,7 @@ SELECT idem_finalize(pg_temp.k('k2'), gen_random_uuid(), 200, NULL, 'forged') AS
 RESET ROLE;
 SELECT state FROM idem_keys WHERE cache_key = pg_temp.k('k2');
 
--- Keys written before 0.3.0 (scope '') are shared by every role.
+-- Keys written before 0.3.0 (scope 0) are shared by every role.
 INSERT INTO idem_keys (cache_key, state, request_hash, generation, finished_at,
                        response_status, response_body)
 VALUES (pg_temp.k('legacy'), 'completed', pg_temp.h('one'), nextval('idem_generation_seq'),

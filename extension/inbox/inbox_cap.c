@@ -124,7 +124,6 @@ forget_attempt(InboxAttempt *a)
 {
 	idem_inbox_unlock(a->key);
 	attempts = list_delete_ptr(attempts, a);
-	pfree(a->scope);
 	pfree(a->consumer);
 	pfree(a->message_id);
 	pfree(a);
@@ -184,8 +183,7 @@ inbox_xact_callback(XactEvent event, void *arg)
 				{
 					idem_inbox_unlock(a->key);
 					attempts = foreach_delete_current(attempts, lc);
-					pfree(a->scope);
-					pfree(a->consumer);
+									pfree(a->consumer);
 					pfree(a->message_id);
 					pfree(a);
 				}
@@ -254,7 +252,7 @@ record_orphan(InboxAttempt *a)
 	int			save_nestlevel;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(a->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(a->caller, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
@@ -263,7 +261,7 @@ record_orphan(InboxAttempt *a)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	idem_inbox_record_failure(a->namespace, idem_digest_bytea(a->key),
-							  CStringGetTextDatum(a->scope),
+							  ObjectIdGetDatum(a->scope),
 							  CStringGetTextDatum(a->consumer),
 							  CStringGetTextDatum(a->message_id), a,
 							  CStringGetTextDatum(SESSION_ENDED_ERROR),
@@ -394,7 +392,7 @@ idem_inbox_register_callbacks(void)
 
 /* Remember an attempt begun in the current (sub)transaction. */
 void
-idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
+idem_inbox_remember(Oid namespace, bytea *key, Oid scope, text *consumer,
 					text *message_id, bytea *payload_hash, int32 max_attempts,
 					int32 seen_errors)
 {
@@ -403,7 +401,7 @@ idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
 
 	memcpy(a->key, VARDATA_ANY(key), IDEM_DIGEST_LEN);
 	a->namespace = namespace;
-	a->scope = text_to_cstring(scope);
+	a->scope = scope;
 	a->consumer = text_to_cstring(consumer);
 	a->message_id = text_to_cstring(message_id);
 	memcpy(a->payload_hash, VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN);
@@ -411,7 +409,7 @@ idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
 	a->seen_errors = seen_errors;
 	a->started_at = GetCurrentTimestamp();
 	a->subid = GetCurrentSubTransactionId();
-	a->owner = GetUserId();
+	a->caller = GetUserId();
 	a->open = true;
 	attempts = lappend(attempts, a);
 	MemoryContextSwitchTo(old);

@@ -22,7 +22,7 @@
  * assumed 10 % of the table and hashed a sequential scan of it.
  *
  * Scopes: a claim hands out only events of the caller's scope, then, if
- * the batch is not full, events staged before 0.3.0 (scope ''), which
+ * the batch is not full, events staged before 0.3.0 (the shared scope, 0), which
  * every scope shares.  Per-key order is per (scope, key): a row is
  * claimable only if no earlier row of the same scope and key is still
  * pending (waiting, leased or backing off).  Dead rows do not block their
@@ -94,7 +94,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_prune);
  * One claim of at most %d rows (twice: the literal batch): pick the
  * caller's claimable rows ($5) as of $6 (the time, a parameter so that it
  * bounds the index scan: clock_timestamp() could only filter it), then
- * shared rows of scope '' up to the batch; lease them to token $2 for $3 and count the attempt.  A picked
+ * shared rows (scope 0, from before 0.3.0) up to the batch; lease them to token $2 for $3 and count the attempt.  A picked
  * row whose attempts are used up ($4) goes dead instead; only the leased
  * rows are returned.
  */
@@ -106,7 +106,7 @@ static const char claim_template[] =
 	"   LIMIT %d FOR UPDATE OF o SKIP LOCKED),"
 	" shared AS MATERIALIZED ("
 	"  SELECT o.id FROM @extschema@.idem_outbox_queue o"
-	"   WHERE o.scope = '' AND " OUTBOX_CLAIMABLE("o", "$6")
+	"   WHERE o.scope = 0::pg_catalog.oid AND " OUTBOX_CLAIMABLE("o", "$6")
 	"   ORDER BY o.available_at, o.id"
 	"   LIMIT (%d - (SELECT pg_catalog.count(*) FROM own)) FOR UPDATE OF o SKIP LOCKED),"
 	" taken AS ("
@@ -243,7 +243,7 @@ claim_statement(int32 batch)
 	slot->stmt.argtypes[1] = UUIDOID;
 	slot->stmt.argtypes[2] = INTERVALOID;
 	slot->stmt.argtypes[3] = INT4OID;
-	slot->stmt.argtypes[4] = TEXTOID;
+	slot->stmt.argtypes[4] = OIDOID;
 	slot->stmt.argtypes[5] = TIMESTAMPTZOID;
 	slot->batch = batch;
 	return &slot->stmt;
@@ -301,11 +301,15 @@ execute_indexed(IdemStatement *stmt, Oid namespace, Datum *values, long count)
 	int			level = NewGUCNestLevel();
 	int			i;
 	int			processed;
+	IdemOwnerSwitch save;
 
 	for (i = 0; i < (int) lengthof(planner_off); i++)
 		(void) set_config_option(planner_off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
+	/* Prepared as idem_execute prepares (statements.c): as the owner. */
+	idem_as_owner(namespace, &save);
 	prepare_generic(stmt, namespace);
+	idem_as_caller(&save);
 	processed = idem_execute(stmt, namespace, values, NULL, false, count);
 	AtEOXact_GUC(true, level);
 	return processed;
@@ -339,8 +343,9 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 1, "lease", false,
 													  idem_lease_ms));
 	values[3] = Int32GetDatum(idem_outbox_max_attempts);
-	values[4] = PointerGetDatum(idem_current_scope());
+	values[4] = ObjectIdGetDatum(idem_current_scope(namespace));
 	values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
+	idem_require_current_schema(namespace);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != CLAIM_NCOLUMNS)

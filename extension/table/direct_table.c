@@ -55,6 +55,7 @@
 #include "postgres.h"
 
 #include "table/direct_table.h"
+#include "core/scope.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -248,7 +249,9 @@ map_columns(DirectTable *dt, Relation rel)
 			continue;
 		}
 		if (attnum <= 0 ||
-			TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid != dt->columns[c].type)
+			(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid != dt->columns[c].type &&
+			 (!OidIsValid(dt->columns[c].earlier_type) ||
+			  TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid != dt->columns[c].earlier_type)))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("pg_idem table %s has an unexpected shape", dt->relname),
@@ -507,6 +510,8 @@ direct_open(DirectTable *kept, Oid namespace, DirectAccess access)
 	Relation	rel = NULL;
 	int			i;
 
+	/* Never in a security-restricted operation (core/scope.c). */
+	idem_refuse_restricted();
 	if (!kept->registered)
 		register_table(kept);
 	if (access != DIRECT_READ)

@@ -33,6 +33,7 @@ typedef struct DirectColumn
 	const char *name;
 	Oid			type;
 	bool		optional;		/* absent from schemas before the version adding it */
+	Oid			earlier_type;	/* also accepted: its type before a version changed it */
 } DirectColumn;
 
 /*
