@@ -52,6 +52,12 @@ SELECT idem_outbox_ack((SELECT token FROM tokens WHERE who = 'b'),
 SELECT n.outcome FROM tokens t,
        idem_outbox_nack((SELECT token FROM tokens WHERE who = 'b'), t.id, 'by b') n
  WHERE t.who = 'a';
+-- Nor with a's own token, leaked to it: the ack and the nack check the
+-- scope as well.
+SELECT idem_outbox_ack(token, ARRAY[id]) AS b_acks_a_with_a_token FROM tokens WHERE who = 'a';
+SELECT n.outcome AS b_nacks_a_with_a_token FROM tokens t,
+       idem_outbox_nack(t.token, t.id, 'by b') n
+ WHERE t.who = 'a';
 -- b acks its own.
 SELECT idem_outbox_ack(token, ARRAY[id]) AS b_acks_b FROM tokens WHERE who = 'b';
 SELECT topic, state, events FROM idem_outbox_backlog();

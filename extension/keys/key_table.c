@@ -193,8 +193,13 @@ row_matches(KeyRow *row, KeyMatch match, const void *arg, bool *fallback)
 			*fallback = row->scope == IDEM_SHARED_SCOPE;
 			return false;
 		case KEY_MATCH_OWNER:
-			return row->state == KEY_PENDING && row->claim_id != NULL &&
-				memcmp(row->claim_id->data, ((const pg_uuid_t *) arg)->data, UUID_LEN) == 0;
+			{
+				const KeyOwner *owner = (const KeyOwner *) arg;
+
+				return row->state == KEY_PENDING && row->claim_id != NULL &&
+					(row->scope == owner->scope || row->scope == IDEM_SHARED_SCOPE) &&
+					memcmp(row->claim_id->data, owner->claim_id->data, UUID_LEN) == 0;
+			}
 		case KEY_MATCH_LIVE:
 			return !key_row_is_tombstone(row);
 	}

@@ -59,9 +59,16 @@ typedef struct KeyRow
 typedef enum KeyMatch
 {
 	KEY_MATCH_SCOPE,			/* the scope's (arg: an Oid *), else one from before scopes */
-	KEY_MATCH_OWNER,			/* pending under the given claim id, any scope */
+	KEY_MATCH_OWNER,			/* pending under a claim id, in a scope (arg: a KeyOwner *) */
 	KEY_MATCH_LIVE				/* the first that is not a tombstone, any scope */
 } KeyMatch;
+
+/* KEY_MATCH_OWNER's argument: the claim and the caller's scope. */
+typedef struct KeyOwner
+{
+	pg_uuid_t  *claim_id;
+	Oid			scope;			/* the row's, or the row is in the shared scope */
+} KeyOwner;
 
 /* What a write did (DirectWrite's values). */
 typedef enum KeyWrite
