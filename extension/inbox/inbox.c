@@ -371,11 +371,14 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 				 errhint("Call idem_inbox_fail for the failed attempt and commit before beginning the message again.")));
 
 	idem_inbox_register_callbacks();
-	idem_inbox_lock((const uint8 *) VARDATA_ANY(key));
+	/* The message's row scope: the caller's, or shared (from before 0.3.0). */
+	SPI_connect();
+	scope = message_scope(namespace, key, caller_scope);
+	SPI_finish();
+	idem_inbox_lock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
 	PG_TRY();
 	{
 		SPI_connect();
-		scope = message_scope(namespace, key, caller_scope);
 		outcome = begin_message(namespace, key, scope, consumer, message_id, payload_hash,
 								max_attempts, &seen_errors);
 		if (strcmp(outcome, "process") == 0)
@@ -388,7 +391,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	}
 	PG_CATCH();
 	{
-		idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
+		idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -398,7 +401,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
 		PG_RETURN_TEXT_P(cstring_to_text(outcome));
 	}
-	idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
+	idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
 	if (strcmp(outcome, "duplicate") == 0)
 		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
 	else if (strcmp(outcome, "dead") == 0)

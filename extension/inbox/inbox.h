@@ -41,9 +41,12 @@ typedef struct InboxAttempt
 	SubTransactionId recorded_subid;
 } InboxAttempt;
 
+/* inbox_lock.c: the message's lock, (scope, key) in this database */
+extern void idem_inbox_lock(Oid scope, const uint8 *key);
+extern void idem_inbox_unlock(Oid scope, const uint8 *key);
+extern void idem_inbox_lock_init(void);
+
 /* inbox_cap.c */
-extern void idem_inbox_lock(const uint8 *digest);
-extern void idem_inbox_unlock(const uint8 *digest);
 extern InboxAttempt *idem_inbox_find_attempt(const bytea *key, bool open);
 extern void idem_inbox_remember(Oid namespace, bytea *key, Oid scope, text *consumer,
 								text *message_id, bytea *payload_hash,
