@@ -385,7 +385,7 @@ SELECT extversion = (SELECT default_version FROM pg_available_extensions WHERE n
 SELECT * FROM pg_temp.files_changed();
 SELECT * FROM pg_temp.replays('v020');
 SELECT * FROM pg_temp.cycle('updated');
-SELECT scope = '' AS shared, count(*) AS keys FROM idem_keys GROUP BY scope = '' ORDER BY 1;
+SELECT scope = 0 AS shared, count(*) AS keys FROM idem_keys GROUP BY scope = 0 ORDER BY 1;
 
 \c :regress_db
 DROP DATABASE idem_regress_cache WITH (FORCE);

@@ -78,9 +78,16 @@ SELECT decision, generation, replace(object_key, attempt_id::text, '<id>') AS ob
 SELECT idem_attempt_fail(a.attempt_id, 2::bigint, 'digest_mismatch') AS failed
   FROM idem_attempt_open('ha_upload', 't1', 'r2', 'alice', '{"n": 2}'::jsonb, 'b.pdf') a;
 RESET ROLE;
-SELECT idem_attempt_reopen(attempt_id, 2::bigint) AS reopened,
-       replace(object_key, attempt_id::text, '<id>') AS object_key_before
+-- (The client reopens it: an attempt is its role's, the superuser's
+-- reopen would not find it.)
+CREATE TEMP TABLE ha_r2 AS
+SELECT attempt_id, replace(object_key, attempt_id::text, '<id>') AS object_key_before
   FROM idem_attempts WHERE kind = 'ha_upload' AND client_request_id = 'r2';
+GRANT SELECT ON ha_r2 TO regress_ha_client;
+SET ROLE regress_ha_client;
+SELECT idem_attempt_reopen(attempt_id, 2::bigint) AS reopened, object_key_before FROM ha_r2;
+RESET ROLE;
+DROP TABLE ha_r2;
 SELECT generation, replace(object_key, attempt_id::text, '<id>') AS object_key
   FROM idem_attempts WHERE kind = 'ha_upload' AND client_request_id = 'r2';
 

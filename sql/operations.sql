@@ -88,9 +88,10 @@ SELECT idem_evict(idem_key('ops', 'POST', '/p', 'k')) AS evicted;
 UPDATE idem_keys SET state = 'completed';
 RESET ROLE;
 
--- Functions that touch the state through SQL run as the owner with a
--- pinned search_path; the claim hot path runs no SQL and switches to the
--- owner in C (SECURITY INVOKER); pure ones need neither.
+-- Every function is SECURITY INVOKER, so that the scope is the calling
+-- role's: the claim hot path runs no SQL and switches to the owner in C,
+-- the others run their statements as the owner with a pinned search_path
+-- (core/statements.c); pure ones need neither.
 SELECT p.proname, p.prosecdef, p.proconfig
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass
  WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem') AND d.deptype = 'e'

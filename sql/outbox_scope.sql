@@ -1,5 +1,5 @@
 -- The outbox per role (issue 12): a role's drainers claim only the events
--- its own stagers staged (and those of 0.2.0, scope ''); acks and nacks
+-- its own stagers staged (and those of 0.2.0, scope 0); acks and nacks
 -- are fenced by the claim token; per-key order is per (scope, key);
 -- admins see everything; a client role sees its own backlog, without
 -- payloads.  Also: batch staging, idem_outbox_stage_bytes, the archive
@@ -30,7 +30,7 @@ SELECT pg_temp.err($$SELECT count(*) FROM idem_outbox$$);
 SELECT pg_temp.err($$SELECT count(*) FROM idem_outbox_queue$$);
 SELECT topic, state, events FROM idem_outbox_backlog();
 RESET ROLE;
-SELECT topic, scope, payload FROM idem_outbox WHERE topic LIKE 'obs.%' ORDER BY id;
+SELECT topic, scope::regrole, payload FROM idem_outbox WHERE topic LIKE 'obs.%' ORDER BY id;
 
 -- b's drainer gets b's event only: a's head of the same key neither is
 -- handed out nor holds b's event back.
@@ -51,6 +51,12 @@ SELECT idem_outbox_ack((SELECT token FROM tokens WHERE who = 'b'),
                        ARRAY(SELECT id FROM tokens WHERE who = 'a')) AS b_acks_a;
 SELECT n.outcome FROM tokens t,
        idem_outbox_nack((SELECT token FROM tokens WHERE who = 'b'), t.id, 'by b') n
+ WHERE t.who = 'a';
+-- Nor with a's own token, leaked to it: the ack and the nack check the
+-- scope as well.
+SELECT idem_outbox_ack(token, ARRAY[id]) AS b_acks_a_with_a_token FROM tokens WHERE who = 'a';
+SELECT n.outcome AS b_nacks_a_with_a_token FROM tokens t,
+       idem_outbox_nack(t.token, t.id, 'by b') n
  WHERE t.who = 'a';
 -- b acks its own.
 SELECT idem_outbox_ack(token, ARRAY[id]) AS b_acks_b FROM tokens WHERE who = 'b';
@@ -75,19 +81,19 @@ SELECT pg_temp.err($$SELECT idem_outbox_stage('obs.b', '{}'::jsonb)$$);
 RESET idem.scope;
 RESET ROLE;
 
--- Events of 0.2.0 (scope ''): claimable by every scope's drainers.
-UPDATE idem_outbox SET scope = '' , state = 'pending', available_at = clock_timestamp(),
+-- Events of 0.2.0 (scope 0): claimable by every scope's drainers.
+UPDATE idem_outbox SET scope = 0, state = 'pending', available_at = clock_timestamp(),
        claim_token = NULL
  WHERE topic = 'obs.a' AND payload = '{"n": 2}';
 SELECT idem_outbox_stage('obs.legacy', '{"n": 3}'::jsonb) > 0 AS staged;
-UPDATE idem_outbox SET scope = '' WHERE topic = 'obs.legacy';
+UPDATE idem_outbox SET scope = 0 WHERE topic = 'obs.legacy';
 SET ROLE ob_svc_b;
 SELECT topic, payload FROM idem_outbox_claim(10) ORDER BY id;
 RESET ROLE;
 
 -- Admins see every scope through the view (and the tables).
 SET ROLE idem_admin;
-SELECT topic, scope, state FROM idem_outbox WHERE topic LIKE 'obs.%' ORDER BY id;
+SELECT topic, scope::regrole, state FROM idem_outbox WHERE topic LIKE 'obs.%' ORDER BY id;
 SELECT count(*) >= 0 AS admin_reads_tables FROM idem_outbox_queue, idem_outbox_archive;
 RESET ROLE;
 DELETE FROM idem_outbox WHERE topic LIKE 'obs.%';
@@ -124,7 +130,7 @@ SELECT idem_outbox_stage_bytes('obs.bytes', '\x0102', 'kb') > 0 AS staged_bytes,
        idem_outbox_stage('obs.bytes', '\x0304'::bytea) > 0 AS staged_overload;
 SELECT pg_temp.err($$SELECT idem_outbox_stage_bytes('obs.bytes', NULL)$$);
 RESET ROLE;
-SELECT payload IS NULL AS no_json, payload_bytes, message_key, scope
+SELECT payload IS NULL AS no_json, payload_bytes, message_key, scope::regrole
   FROM idem_outbox WHERE topic = 'obs.bytes' ORDER BY id;
 DELETE FROM idem_outbox WHERE topic LIKE 'obs.%';
 
@@ -138,7 +144,7 @@ SELECT idem_outbox_ack(token, ARRAY[id]) AS acked FROM tokens;
 RESET ROLE;
 SELECT (SELECT count(*) FROM idem_outbox_queue WHERE topic = 'obs.ack') AS queued,
        (SELECT count(*) FROM idem_outbox_archive WHERE topic = 'obs.ack') AS archived,
-       (SELECT state || ' ' || attempts || ' ' || scope FROM idem_outbox WHERE topic = 'obs.ack') AS seen;
+       (SELECT state || ' ' || attempts || ' ' || scope::regrole FROM idem_outbox WHERE topic = 'obs.ack') AS seen;
 TRUNCATE tokens;
 SET ROLE ob_svc_a;
 SELECT pg_temp.err($$SET idem.outbox_archive = off$$);
@@ -167,7 +173,7 @@ SELECT idem_inbox_begin('obs-consumer', 'm "1"', sha256('p'), 1) IS NOT NULL AS 
 ROLLBACK;
 SELECT count(*) AS failed FROM idem_inbox_fail('obs-consumer', 'm "1"', E'broke: "quoted"\n\\ and \u00fc');
 RESET ROLE;
-SELECT topic, scope, payload FROM idem_outbox
+SELECT topic, scope::regrole, payload FROM idem_outbox
  WHERE topic = 'idem.inbox.dead' AND payload->>'consumer' = 'obs-consumer';
 DELETE FROM idem_outbox WHERE topic = 'idem.inbox.dead' AND payload->>'consumer' = 'obs-consumer';
 DELETE FROM idem_inbox WHERE consumer = 'obs-consumer';

@@ -57,8 +57,8 @@ SELECT idem_finalize(pg_temp.k('k'), claim_id, 200, NULL, 'bob''s')
 RESET ROLE;
 
 -- Two rows, one per role; alice still replays hers, bob his.
-SELECT scope, state, convert_from(response_body, 'UTF8') AS body
-  FROM idem_keys WHERE cache_key = pg_temp.k('k') ORDER BY scope;
+SELECT scope::regrole, state, convert_from(response_body, 'UTF8') AS body
+  FROM idem_keys WHERE cache_key = pg_temp.k('k') ORDER BY scope::regrole::text;
 SET ROLE regress_alice;
 SELECT outcome, convert_from(response_body, 'UTF8') AS body
   FROM idem_claim(pg_temp.k('k'), pg_temp.h('one'));
@@ -83,10 +83,26 @@ INSERT INTO scope_seen SELECT 'alice2', outcome, claim_id, generation
 RESET ROLE;
 SET ROLE regress_bob;
 SELECT idem_finalize(pg_temp.k('k2'), gen_random_uuid(), 200, NULL, 'forged') AS forged;
+-- Nor with alice's own claim id, leaked to him: the fenced calls check the
+-- scope as well, and answer as for a claim id that does not exist.
+SELECT idem_renew(pg_temp.k('k2'), claim_id, '1 minute') AS renewed_with_leaked,
+       idem_finalize(pg_temp.k('k2'), claim_id, 200, NULL, 'forged') AS finalized_with_leaked,
+       idem_release(pg_temp.k('k2'), claim_id) AS released_with_leaked,
+       idem_fail(pg_temp.k('k2'), claim_id, '1 minute') AS failed_with_leaked
+  FROM scope_seen WHERE who = 'alice2';
+-- Also when he has a row of his own for the cache key.
+SELECT outcome FROM idem_claim(pg_temp.k('k2'), pg_temp.h('one'));
+SELECT idem_fail(pg_temp.k('k2'), claim_id, '1 minute') AS failed_with_leaked_own_row
+  FROM scope_seen WHERE who = 'alice2';
 RESET ROLE;
-SELECT state FROM idem_keys WHERE cache_key = pg_temp.k('k2');
+SELECT scope::regrole, state FROM idem_keys WHERE cache_key = pg_temp.k('k2')
+ ORDER BY scope::regrole::text;
+SET ROLE regress_alice;
+SELECT idem_finalize(pg_temp.k('k2'), claim_id, 200, NULL, 'alice''s') AS alice_finalizes
+  FROM scope_seen WHERE who = 'alice2';
+RESET ROLE;
 
--- Keys written before 0.3.0 (scope '') are shared by every role.
+-- Keys written before 0.3.0 (scope 0) are shared by every role.
 INSERT INTO idem_keys (cache_key, state, request_hash, generation, finished_at,
                        response_status, response_body)
 VALUES (pg_temp.k('legacy'), 'completed', pg_temp.h('one'), nextval('idem_generation_seq'),

@@ -10,6 +10,7 @@
 
 #include "core/arguments.h"
 #include "core/hashing.h"
+#include "core/scope.h"
 #include "core/statements.h"
 #include "core/stats.h"
 #include "attempts/attempts.h"
@@ -53,15 +54,23 @@ enum
 	REQ_OBJECT_KEY,
 	REQ_DECLARED_DIGEST,
 	REQ_CREATED_AT,
-	REQ_SUPERSEDED_BY
+	REQ_SUPERSEDED_BY,
+	REQ_SCOPE
 };
 
+/*
+ * The caller's attempt of the request ($4: its scope), else one opened
+ * before 0.5.0 (the shared scope); another role's is never read, so it
+ * neither answers nor waits for anything of it.
+ */
 static IdemStatement select_request = {
 	"SELECT attempt_id, created_by, intent_hash, generation, status,"
-	" failure_reason, object_key, declared_digest, created_at, superseded_by"
+	" failure_reason, object_key, declared_digest, created_at, superseded_by, scope"
 	" FROM @extschema@.idem_attempts"
-	" WHERE kind = $1 AND target = $2 AND client_request_id = $3",
-	3, {TEXTOID, TEXTOID, TEXTOID}
+	" WHERE kind = $1 AND target = $2 AND client_request_id = $3"
+	"  AND scope = ANY (ARRAY[$4, 0::pg_catalog.oid])"
+	" ORDER BY scope = $4 DESC LIMIT 1",
+	4, {TEXTOID, TEXTOID, TEXTOID, OIDOID}
 };
 
 /*
@@ -72,18 +81,20 @@ static IdemStatement select_request = {
 static IdemStatement insert_attempt = {
 	"INSERT INTO @extschema@.idem_attempts"
 	" (attempt_id, kind, target, client_request_id, created_by, intent,"
-	"  intent_hash, declared_digest, object_name, object_key)"
-	" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, $10)"
-	" ON CONFLICT (kind, target, client_request_id) DO NOTHING"
+	"  intent_hash, declared_digest, object_name, object_key, scope)"
+	" VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, $10, $11)"
+	" ON CONFLICT (kind, target, client_request_id, scope) DO NOTHING"
 	" RETURNING created_at, object_key",
-	10, {UUIDOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, TEXTOID,
-	BYTEAOID, TEXTOID}
+	11, {UUIDOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, BYTEAOID, TEXTOID,
+	BYTEAOID, TEXTOID, OIDOID}
 };
 
+/* A target's pointer in scope $3, else the shared one from before 0.5.0. */
 static IdemStatement select_current = {
 	"SELECT current_attempt_id FROM @extschema@.idem_attempt_targets"
-	" WHERE kind = $1 AND target = $2",
-	2, {TEXTOID, TEXTOID}
+	" WHERE kind = $1 AND target = $2 AND scope = ANY (ARRAY[$3, 0::pg_catalog.oid])"
+	" ORDER BY scope = $3 DESC LIMIT 1",
+	3, {TEXTOID, TEXTOID, OIDOID}
 };
 
 /* ----------------------------------------------------------------
@@ -196,9 +207,9 @@ describe_row(Decision *d, HeapTuple tuple, TupleDesc desc)
 
 /* The current attempt of a replace-kind target, or NULL. */
 static bool
-current_attempt(Oid namespace, Datum kind, Datum target, Datum *current)
+current_attempt(Oid namespace, Datum kind, Datum target, Datum scope, Datum *current)
 {
-	Datum		values[2] = {kind, target};
+	Datum		values[3] = {kind, target, scope};
 	bool		isnull;
 
 	if (idem_execute(&select_current, namespace, values, NULL, false, 1) == 0)
@@ -211,6 +222,7 @@ current_attempt(Oid namespace, Datum kind, Datum target, Datum *current)
  * idem_attempt_open(kind, target, client_request_id, created_by, intent,
  * object_name, declared_digest): the replay decision table.
  *
+ *	  (another role's attempt is never read: each scope has its own)
  *	  no row (or pruned)                         new: pending, generation 1
  *	  another created_by                         forbidden, nothing revealed
  *	  another intent (or declared digest)        mismatch, nothing written
@@ -235,7 +247,7 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 	char	   *name;
 	char	   *mode;
 	char	   *prefix;
-	Datum		values[3];
+	Datum		values[4];
 	MemoryContext outer = CurrentMemoryContext;
 	Decision	d;
 	TupleDesc	tupdesc;
@@ -273,6 +285,7 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 
 	values[1] = CStringGetTextDatum(target);
 	values[2] = CStringGetTextDatum(request_id);
+	values[3] = ObjectIdGetDatum(idem_current_scope(namespace));
 
 	for (attempt = 0; attempt < OPEN_MAX_ATTEMPTS; attempt++)
 	{
@@ -288,8 +301,8 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 		if (idem_execute(&select_request, namespace, values, NULL, false, 1) == 0)
 		{
 			Datum		id = attempt_new_id();
-			Datum		ins[10];
-			char		ins_nulls[10];
+			Datum		ins[11];
+			char		ins_nulls[11];
 
 			memset(ins_nulls, ' ', sizeof(ins_nulls));
 			ins[0] = id;
@@ -304,6 +317,7 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 			ins[7] = CStringGetTextDatum(name);
 			ins[8] = PointerGetDatum(hash);
 			ins[9] = CStringGetTextDatum(attempt_key_of(prefix, target, id, 1, name));
+			ins[10] = values[3];
 			if (idem_execute(&insert_attempt, namespace, ins, ins_nulls, false, 1) == 1)
 			{
 				set_value(&d, DEC_DECISION, CStringGetTextDatum("new"));
@@ -326,7 +340,11 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 		row = SPI_tuptable->vals[0];
 		desc = SPI_tuptable->tupdesc;
 
-		/* Another principal's attempt: say nothing about it. */
+		/*
+		 * Another principal of the caller's own service (created_by is the
+		 * caller's label, not a boundary between roles: the scope is):
+		 * say nothing about it.
+		 */
 		if (strcmp(SPI_getvalue(row, desc, REQ_CREATED_BY), created_by) != 0)
 		{
 			set_value(&d, DEC_DECISION, CStringGetTextDatum("forbidden"));
@@ -363,7 +381,8 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 
 			set_value(&d, DEC_DECISION, CStringGetTextDatum("superseded"));
 			if (strcmp(mode, "replace") == 0 &&
-				current_attempt(namespace, values[0], values[1], &current))
+				current_attempt(namespace, values[0], values[1],
+								SPI_getbinval(row, desc, REQ_SCOPE, &isnull), &current))
 				set_value(&d, DEC_CURRENT_ATTEMPT_ID, current);
 			else
 				d.values[DEC_CURRENT_ATTEMPT_ID] =
@@ -430,7 +449,8 @@ idem_attempt_current(PG_FUNCTION_ARGS)
 	idem_require_arg(fcinfo, 0, "kind");
 	idem_require_arg(fcinfo, 1, "target");
 	SPI_connect();
-	found = current_attempt(namespace, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), &current);
+	found = current_attempt(namespace, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
+							ObjectIdGetDatum(idem_current_scope(namespace)), &current);
 	if (found)
 		current = SPI_datumTransfer(current, false, UUID_LEN);
 	SPI_finish();

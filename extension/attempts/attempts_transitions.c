@@ -9,6 +9,7 @@
 #include "postgres.h"
 
 #include "core/arguments.h"
+#include "core/scope.h"
 #include "core/statements.h"
 #include "core/stats.h"
 #include "attempts/attempts.h"
@@ -31,6 +32,17 @@ PG_FUNCTION_INFO_V1(idem_attempt_reopen);
  * Statements
  * ----------------------------------------------------------------
  */
+
+/*
+ * Is the attempt the caller's: of its scope, or of the shared scope of
+ * attempts opened before 0.5.0?  Another role's attempt id, however it
+ * leaked, is answered as one that does not exist.
+ */
+static IdemStatement select_own = {
+	"SELECT 1 FROM @extschema@.idem_attempts"
+	" WHERE attempt_id = $1 AND scope = ANY (ARRAY[$2, 0::pg_catalog.oid])",
+	2, {UUIDOID, OIDOID}
+};
 
 static IdemStatement select_state = {
 	"SELECT generation, status, failure_reason, declared_digest"
@@ -99,11 +111,12 @@ enum
 	LOCK_MODE,
 	LOCK_TARGET,
 	LOCK_CREATED_AT,
-	LOCK_DECLARED_DIGEST
+	LOCK_DECLARED_DIGEST,
+	LOCK_SCOPE
 };
 
 static IdemStatement lock_stored = {
-	"SELECT a.kind, k.mode, a.target, a.created_at, a.declared_digest"
+	"SELECT a.kind, k.mode, a.target, a.created_at, a.declared_digest, a.scope"
 	" FROM @extschema@.idem_attempts a"
 	" JOIN @extschema@.idem_attempt_kinds k ON k.kind = a.kind"
 	" WHERE a.attempt_id = $1 AND a.generation = $2 AND a.status = 'stored'"
@@ -113,16 +126,16 @@ static IdemStatement lock_stored = {
 
 static IdemStatement lock_target = {
 	"SELECT current_attempt_id, current_created_at"
-	" FROM @extschema@.idem_attempt_targets WHERE kind = $1 AND target = $2"
+	" FROM @extschema@.idem_attempt_targets WHERE kind = $1 AND target = $2 AND scope = $5"
 	" FOR UPDATE",
-	2, {TEXTOID, TEXTOID}
+	5, {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, OIDOID}
 };
 
 static IdemStatement insert_target = {
 	"INSERT INTO @extschema@.idem_attempt_targets"
-	" (kind, target, current_attempt_id, current_created_at)"
-	" VALUES ($1, $2, $3, $4) ON CONFLICT (kind, target) DO NOTHING",
-	4, {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID}
+	" (kind, target, current_attempt_id, current_created_at, scope)"
+	" VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, target, scope) DO NOTHING",
+	5, {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, OIDOID}
 };
 
 /* Forward only, in (created_at, attempt_id) order; the row is locked. */
@@ -130,9 +143,9 @@ static IdemStatement flip_target = {
 	"UPDATE @extschema@.idem_attempt_targets"
 	" SET current_attempt_id = $3, current_created_at = $4,"
 	"  flipped_at = clock_timestamp()"
-	" WHERE kind = $1 AND target = $2"
+	" WHERE kind = $1 AND target = $2 AND scope = $5"
 	"  AND (current_created_at, current_attempt_id) < ($4, $3)",
-	4, {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID}
+	5, {TEXTOID, TEXTOID, UUIDOID, TIMESTAMPTZOID, OIDOID}
 };
 
 /* The promotion's event: topic, payload and key; the row is locked. */
@@ -227,6 +240,32 @@ typedef struct AttemptRow
 	bytea	   *declared_digest;	/* NULL if none */
 } AttemptRow;
 
+/* Raise as for an attempt that does not exist. */
+static void
+report_no_attempt(Datum attempt_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("attempt %s does not exist", attempt_uuid_text(attempt_id)),
+			 errdetail("It was never opened, or it was pruned after its retention.")));
+}
+
+/*
+ * Refuse another role's attempt as one that does not exist (an attempt's
+ * scope never changes, so the check holds for the whole call).  The
+ * caller is connected to SPI.
+ */
+static void
+require_own(Oid namespace, Datum attempt_id)
+{
+	Datum		values[2];
+
+	values[0] = attempt_id;
+	values[1] = ObjectIdGetDatum(idem_current_scope(namespace));
+	if (idem_execute(&select_own, namespace, values, NULL, false, 1) == 0)
+		report_no_attempt(attempt_id);
+}
+
 /* Read an attempt's state, or raise when there is no such attempt. */
 static void
 read_state(Oid namespace, Datum attempt_id, AttemptRow *row)
@@ -235,10 +274,7 @@ read_state(Oid namespace, Datum attempt_id, AttemptRow *row)
 	Datum		d;
 
 	if (idem_execute(&select_state, namespace, &attempt_id, NULL, false, 1) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempt %s does not exist", attempt_uuid_text(attempt_id)),
-				 errdetail("It was never opened, or it was pruned after its retention.")));
+		report_no_attempt(attempt_id);
 	row->generation = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 												  SPI_tuptable->tupdesc, 1, &isnull));
 	row->state.status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
@@ -327,6 +363,7 @@ idem_attempt_store(PG_FUNCTION_ARGS)
 	values[2] = PointerGetDatum(idem_digest_arg(fcinfo, 2, "digest"));
 
 	SPI_connect();
+	require_own(namespace, values[0]);
 	done = idem_execute(&store_attempt, namespace, values, NULL, false, 0) == 1;
 	if (!done &&
 		explain_miss(namespace, values[0], DatumGetInt64(values[1]), sources, 1, to, &row))
@@ -345,9 +382,10 @@ idem_attempt_store(PG_FUNCTION_ARGS)
  */
 static void
 flip_pointer(Oid namespace, Datum kind, Datum target, Datum attempt_id,
-			 Datum created_at, Datum *current, Datum *previous, bool *has_previous)
+			 Datum created_at, Datum scope, Datum *current, Datum *previous,
+			 bool *has_previous)
 {
-	Datum		values[4] = {kind, target, attempt_id, created_at};
+	Datum		values[5] = {kind, target, attempt_id, created_at, scope};
 	int			i;
 
 	*has_previous = false;
@@ -434,6 +472,7 @@ idem_attempt_promote(PG_FUNCTION_ARGS)
 		values[3] = PG_GETARG_DATUM(4);
 
 	SPI_connect();
+	require_own(namespace, attempt_id);
 	if (idem_execute(&lock_stored, namespace, values, NULL, false, 1) == 0)
 	{
 		explain_miss(namespace, attempt_id, DatumGetInt64(values[1]), sources, 1, to, &row);
@@ -454,6 +493,7 @@ idem_attempt_promote(PG_FUNCTION_ARGS)
 	if (strcmp(SPI_getvalue(locked, desc, LOCK_MODE), "replace") == 0)
 		flip_pointer(namespace, kind, target, attempt_id,
 					 SPI_getbinval(locked, desc, LOCK_CREATED_AT, &isnull),
+					 SPI_getbinval(locked, desc, LOCK_SCOPE, &isnull),
 					 &current, &previous, &has_previous);
 
 	values[4] = current;
@@ -526,6 +566,7 @@ idem_attempt_fail(PG_FUNCTION_ARGS)
 		values[4] = PG_GETARG_DATUM(3);
 
 	SPI_connect();
+	require_own(namespace, values[0]);
 	done = idem_execute(&fail_attempt, namespace, values, nulls, false, 0) == 1;
 	if (done)
 		stage_answered_event(namespace);
@@ -600,6 +641,7 @@ idem_attempt_reopen(PG_FUNCTION_ARGS)
 	values[1] = Int64GetDatum(attempt_generation_arg(fcinfo, 1));
 
 	SPI_connect();
+	require_own(namespace, values[0]);
 	done = attempt_reopen_cas(namespace, values[0], DatumGetInt64(values[1]),
 							  &new_generation, &new_key);
 	if (done)

@@ -287,4 +287,15 @@ idem_guc_malloc(size_t size)
 #endif
 }
 
+/*
+ * This backend's slot in the PGPROC array.  PostgreSQL 17 (commit
+ * 024c521117, "Replace BackendIds with 0-based ProcNumbers", Heikki
+ * Linnakangas) dropped PGPROC's pgprocno for MyProcNumber.
+ */
+#if PG_VERSION_NUM >= 170000
+#define idem_my_proc_number() ((int) MyProcNumber)
+#else
+#define idem_my_proc_number() (MyProc->pgprocno)
+#endif
+
 #endif							/* IDEM_CORE_COMPAT_H */

@@ -1,24 +1,36 @@
 /*-------------------------------------------------------------------------
  *
  * scope.c
- *	  Whose keys a call works on: role isolation.
+ *	  Whose rows a call works on: role isolation.
  *
  * Every row pg_idem keeps for a caller (idempotency keys, inbox messages,
- * outbox events) carries a scope, the name of a role, and every function
- * a client role may call works only on rows of the caller's scope.  The
- * same cache key used by two roles is two independent keys, so one
- * service can neither replay, claim, finalize nor fail another's keys,
- * even when it can compute them, nor squat on them in advance.
+ * outbox events, attempts) carries a scope, the OID of a role, and every
+ * function a client role may call works only on rows of the caller's
+ * scope.  The same cache key used by two roles is two independent keys,
+ * so one service can neither replay, claim, finalize nor fail another's
+ * keys, even when it can compute them, nor squat on them in advance.
  *
- * The scope is the session's role: the login role, or the one chosen by
- * SET ROLE (GetOuterUserId, which SECURITY DEFINER functions, pg_idem's
- * own included, do not change).  A service whose replicas log in as
- * different roles shares its keys by SET idem.scope = 'group_role', which
- * is allowed only to roles with the privileges of that role: the check
- * runs at every call, since SET ROLE may change the answer.
+ * The scope is a role's identity, not its name: a renamed role keeps its
+ * rows, a new role created under an old name gets none of them, and a
+ * dropped role's rows are reachable by no role and expire.
  *
- * Rows written before 0.3.0 have the empty scope: they were shared by
- * every role then, and stay usable by every role until they expire.
+ * The scope is the role whose code calls pg_idem (GetUserId): the session's
+ * role, or the owner of the SECURITY DEFINER function that calls it, or
+ * the owner of a table whose trigger calls it.  That role wrote the code
+ * that runs, so it is the one whose keys the code may use; the session's
+ * role (GetOuterUserId) would lend the caller's scope to any function it
+ * happens to run.  For that to hold, pg_idem's own functions are SECURITY
+ * INVOKER: they switch to the tables' owner in C, after reading the scope
+ * (table/direct_table.c, core/statements.c).
+ *
+ * A service whose replicas log in as different roles shares its keys by
+ * SET idem.scope = 'group_role', which is allowed only when the calling
+ * role has the privileges of that role: the check runs at every call,
+ * since SET ROLE may change the answer.
+ *
+ * Rows written before 0.3.0 have the shared scope (IDEM_SHARED_SCOPE):
+ * they were shared by every role then, and stay usable by every role until
+ * they expire.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,23 +40,74 @@
 #include "core/scope.h"
 #include "core/settings.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 
 /*
- * The caller's scope as text: the session's role, or idem.scope when the
- * session has that role's privileges.
+ * pg_idem does not act inside a security-restricted operation: there
+ * PostgreSQL runs one role's code (an index expression, a materialized
+ * view's query) on behalf of another (the maintenance role, autovacuum),
+ * and whatever scope such a call got, it would be one the code's author
+ * did not choose: refusing is the one answer that lends nobody's keys,
+ * messages or events.  Every SQL-callable function that reaches a table
+ * or a scope calls this first.
  */
-text *
-idem_current_scope(void)
+void
+idem_refuse_restricted(void)
 {
-	Oid			session_role = GetOuterUserId();
+	if (InSecurityRestrictedOperation())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("pg_idem cannot be used inside a security-restricted operation"),
+				 errdetail("The call runs as role \"%s\" inside an index expression, a materialized view's query "
+						   "or maintenance (ANALYZE, VACUUM, CLUSTER, REINDEX, CREATE INDEX, REFRESH MATERIALIZED VIEW, "
+						   "autovacuum), where one role's code runs on behalf of another.",
+						   GetUserNameFromId(GetUserId(), false)),
+				 errhint("Call pg_idem from ordinary statements, functions and triggers only.")));
+}
+
+/*
+ * The type of the schema's scope columns: InvalidOid before 0.3.0, text
+ * (role names) from 0.3.0, oid (roles) from 0.5.0.
+ */
+Oid
+idem_schema_scope_type(Oid namespace)
+{
+	Oid			keys = get_relname_relid("idem_keys", namespace);
+	AttrNumber	attnum;
+
+	if (!OidIsValid(keys))
+		return InvalidOid;
+	attnum = get_attnum(keys, "scope");
+	return attnum == InvalidAttrNumber ? InvalidOid : get_atttype(keys, attnum);
+}
+
+/*
+ * The caller's scope in the schema's tables: the calling role's OID, or
+ * idem.scope's role when the calling role has its privileges.  Called
+ * before any switch to the tables' owner.
+ *
+ * Until ALTER EXTENSION UPDATE, a schema of 0.3.0 or 0.4.0 (scopes by
+ * name) runs some of the functions as SECURITY DEFINER, which hides the
+ * calling role: there the scope is the session's role, as those versions
+ * took it (only inside a definer's call is the schema looked at, so the
+ * claim path pays nothing for it).
+ */
+Oid
+idem_current_scope(Oid namespace)
+{
+	Oid			caller = GetUserId();
 	Oid			scope_role;
 
+	idem_refuse_restricted();
+	if (InLocalUserIdChange() && idem_schema_scope_type(namespace) == TEXTOID)
+		caller = GetOuterUserId();
 	if (idem_scope_setting == NULL || idem_scope_setting[0] == '\0')
-		return cstring_to_text(GetUserNameFromId(session_role, false));
+		return caller;
 
 	scope_role = get_role_oid(idem_scope_setting, true);
 	if (!OidIsValid(scope_role))
@@ -53,14 +116,50 @@ idem_current_scope(void)
 				 errmsg("idem.scope names a role that does not exist"),
 				 errdetail("idem.scope is \"%s\".", idem_scope_setting),
 				 errhint("Set idem.scope to a role the session is a member of, or to '' for its own role.")));
-	if (!has_privs_of_role(session_role, scope_role))
+	if (!has_privs_of_role(caller, scope_role))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied for idempotency scope \"%s\"", idem_scope_setting),
 				 errdetail("Role \"%s\" does not have the privileges of role \"%s\".",
-						   GetUserNameFromId(session_role, false), idem_scope_setting),
+						   GetUserNameFromId(caller, false), idem_scope_setting),
 				 errhint("Only members of a role may use its keys: GRANT %s TO %s.",
 						 quote_identifier(idem_scope_setting),
-						 quote_identifier(GetUserNameFromId(session_role, false)))));
-	return cstring_to_text(idem_scope_setting);
+						 quote_identifier(GetUserNameFromId(caller, false)))));
+	return scope_role;
+}
+
+/*
+ * A scope as a value of a scope column.  Before ALTER EXTENSION UPDATE to
+ * 0.5.0 the column is 0.3.0's text (the role's name, '' for shared); the
+ * library serves both until the update.
+ */
+Datum
+idem_scope_value(Oid scope, Oid column_type)
+{
+	char	   *name;
+
+	if (column_type == OIDOID)
+		return ObjectIdGetDatum(scope);
+	if (scope == IDEM_SHARED_SCOPE)
+		return PointerGetDatum(cstring_to_text(""));
+	name = GetUserNameFromId(scope, true);
+	if (name == NULL)
+		elog(ERROR, "cache lookup failed for role %u", scope);
+	return PointerGetDatum(cstring_to_text(name));
+}
+
+/* A scope column's value as a scope (see idem_scope_value). */
+Oid
+idem_scope_of_value(Datum value, Oid column_type)
+{
+	char	   *name;
+	Oid			role;
+
+	if (column_type == OIDOID)
+		return DatumGetObjectId(value);
+	name = text_to_cstring(DatumGetTextPP(value));
+	if (name[0] == '\0')
+		return IDEM_SHARED_SCOPE;
+	role = get_role_oid(name, true);
+	return OidIsValid(role) ? role : IDEM_NO_ROLE_SCOPE;
 }

@@ -8,6 +8,24 @@
 #ifndef IDEM_CORE_SCOPE_H
 #define IDEM_CORE_SCOPE_H
 
-extern text *idem_current_scope(void);
+/*
+ * The scope of rows written before 0.3.0, which every role shares: no
+ * role has OID 0.
+ */
+#define IDEM_SHARED_SCOPE	InvalidOid
+
+/*
+ * The scope the 0.5.0 upgrade gives rows whose role name no longer named a
+ * role: OID 1 is template1's (manually assigned OIDs are unique across
+ * the catalogs, and CREATE ROLE assigns OIDs from 16384 up), so no role
+ * has it or ever will, and those rows stay unreachable until they expire.
+ */
+#define IDEM_NO_ROLE_SCOPE	((Oid) 1)
+
+extern void idem_refuse_restricted(void);
+extern Oid	idem_schema_scope_type(Oid namespace);
+extern Oid	idem_current_scope(Oid namespace);
+extern Datum idem_scope_value(Oid scope, Oid column_type);
+extern Oid	idem_scope_of_value(Datum value, Oid column_type);
 
 #endif							/* IDEM_CORE_SCOPE_H */

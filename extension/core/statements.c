@@ -4,11 +4,13 @@
  *	  Cached SPI plans qualified with the extension's schema.
  *
  * Between installing a new library and ALTER EXTENSION UPDATE, the new
- * library runs against the previous version's tables: a statement that
- * depends on 0.3.0's scope columns carries the text for a 0.2 schema as
- * well, and the shape of the schema is checked on every execution (two
+ * library runs against the previous version's tables.  The claim path
+ * serves them (key_table.c); the cleanup's statements carry the text for
+ * a 0.2 schema as well; a statement here given a scope (a role's OID)
+ * refuses a schema before 0.5.0, whose scopes are names, with the hint
+ * to update it.  The shape is checked on every execution (a few
  * syscache probes), so that an ALTER EXTENSION UPDATE in the same session
- * switches to the new text at once.
+ * switches at once.
  *
  * The SQL-callable functions of the outbox, the inbox, the attempts and the
  * cleanup run a handful of fixed statements against their own tables (the
@@ -19,12 +21,25 @@
  * function lives in, so a caller's search_path can neither break nor
  * redirect them.
  *
+ * pg_idem's functions are SECURITY INVOKER, so that the scope is the role
+ * whose code calls them (scope.c); every statement is prepared and run
+ * here as the tables' owner, with search_path pinned to pg_catalog,
+ * pg_temp, which is what SECURITY DEFINER ... SET search_path did for
+ * them before 0.5.0, and it refuses to run inside a security-restricted
+ * operation (idem_refuse_restricted).
+ *
  *-------------------------------------------------------------------------
  */
 
 #include "postgres.h"
 
 #include "core/statements.h"
+#include "core/scope.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+#include "utils/syscache.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -68,13 +83,65 @@ qualified_sql(const char *sql, Oid namespace)
 	return buf.data;
 }
 
-/* Does the schema's idem_keys have 0.3.0's scope column? */
-bool
-idem_schema_scoped(Oid namespace)
+/* Refuse the tables of a version before 0.5.0's scopes. */
+void
+idem_require_current_schema(Oid namespace)
 {
-	Oid			keys = get_relname_relid("idem_keys", namespace);
+	if (idem_schema_scope_type(namespace) != OIDOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_idem's tables need ALTER EXTENSION pg_idem UPDATE"),
+				 errdetail("The library is version %s; the installed extension's tables are from before 0.5.0, whose scopes are role names.",
+						   IDEM_VERSION),
+				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
+}
 
-	return OidIsValid(keys) && get_attnum(keys, "scope") != InvalidAttrNumber;
+/* The owner of the schema's tables (idem_keys'), which pg_idem acts as. */
+static Oid
+tables_owner(Oid namespace)
+{
+	Oid			owner;
+	Oid			keys = get_relname_relid("idem_keys", namespace);
+	HeapTuple	tuple;
+
+	if (!OidIsValid(keys))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("pg_idem table idem_keys is missing"),
+				 errdetail("Schema \"%s\" has no idem_keys.", get_namespace_name(namespace))));
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", keys);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * From here on, as the tables' owner with search_path pinned, as a
+ * SECURITY DEFINER function would be: the caller's scope must have been
+ * read before (scope.c).  An error in between is undone by the
+ * (sub)transaction's abort, which restores both.  Refused inside a
+ * security-restricted operation.
+ */
+void
+idem_as_owner(Oid namespace, IdemOwnerSwitch *save)
+{
+	idem_refuse_restricted();
+	GetUserIdAndSecContext(&save->save_userid, &save->save_sec_context);
+	save->save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	SetUserIdAndSecContext(tables_owner(namespace),
+						   save->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+}
+
+/* Back to the caller (after idem_as_owner). */
+void
+idem_as_caller(IdemOwnerSwitch *save)
+{
+	SetUserIdAndSecContext(save->save_userid, save->save_sec_context);
+	AtEOXact_GUC(true, save->save_nestlevel);
 }
 
 /* The statement's kept plan for this schema, prepared on first use. */
@@ -82,8 +149,13 @@ static SPIPlanPtr
 statement_plan(IdemStatement *stmt, Oid namespace)
 {
 	SPIPlanPtr	plan;
-	bool		unscoped = stmt->unscoped_sql != NULL && !idem_schema_scoped(namespace);
+	bool		unscoped = stmt->unscoped_sql != NULL &&
+		!OidIsValid(idem_schema_scope_type(namespace));
 
+	/* A statement given a scope (an oid argument) needs 0.5.0's columns. */
+	for (int i = 0; i < stmt->nargs; i++)
+		if (stmt->argtypes[i] == OIDOID)
+			idem_require_current_schema(namespace);
 	if (stmt->plan != NULL && stmt->namespace == namespace && stmt->unscoped == unscoped)
 		return stmt->plan;
 
@@ -118,9 +190,12 @@ idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
 			 const char *nulls, bool read_only, long count)
 {
 	int			rc;
+	IdemOwnerSwitch save;
 
+	idem_as_owner(namespace, &save);
 	rc = SPI_execute_plan(statement_plan(stmt, namespace), values, nulls,
 						  read_only, count);
+	idem_as_caller(&save);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 stmt->sql, SPI_result_code_string(rc));

@@ -28,8 +28,18 @@ typedef struct IdemStatement
 	bool		unscoped;		/* the plan is unscoped_sql's */
 } IdemStatement;
 
+/* The caller's identity, kept while a statement runs as the tables' owner. */
+typedef struct IdemOwnerSwitch
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} IdemOwnerSwitch;
+
 extern Oid	idem_function_namespace(FunctionCallInfo fcinfo);
-extern bool idem_schema_scoped(Oid namespace);
+extern void idem_require_current_schema(Oid namespace);
+extern void idem_as_owner(Oid namespace, IdemOwnerSwitch *save);
+extern void idem_as_caller(IdemOwnerSwitch *save);
 extern int	idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
 						 const char *nulls, bool read_only, long count);
 

@@ -33,7 +33,7 @@
  * inbox_failure.c has the one recording statement.
  *
  * Messages are scoped per role like keys (scope.c): a consumer sees only
- * its role's messages, plus those from before 0.3.0 (scope '').
+ * its role's messages, plus those from before 0.3.0 (the shared scope).
  *
  * Reaching the cap marks the message dead and stages a dead-letter event
  * (topic idem.inbox.dead) in the outbox, in the same transaction.
@@ -91,7 +91,7 @@ static IdemStatement insert_message = {
 	" VALUES ($1, $2, $3, $4, 'processing', $5, clock_timestamp(), clock_timestamp(), $6)"
 	" ON CONFLICT (inbox_key, scope) DO NOTHING"
 	" RETURNING error_count",
-	6, {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID}
+	6, {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, OIDOID}
 };
 
 /* Take a failed message over; the predicate re-states begin's decision. */
@@ -102,14 +102,14 @@ static IdemStatement start_attempt = {
 	" WHERE inbox_key = $1 AND scope = $4 AND state = 'failed'"
 	"  AND (payload_hash IS NULL OR payload_hash = $2) AND error_count < $3"
 	" RETURNING error_count",
-	4, {BYTEAOID, BYTEAOID, INT4OID, TEXTOID}
+	4, {BYTEAOID, BYTEAOID, INT4OID, OIDOID}
 };
 
 static IdemStatement read_message = {
 	"SELECT state, payload_hash, error_count, scope"
-	" FROM @extschema@.idem_inbox WHERE inbox_key = $1 AND (scope = $2 OR scope = '')"
-	" ORDER BY scope DESC LIMIT 1",
-	2, {BYTEAOID, TEXTOID}
+	" FROM @extschema@.idem_inbox WHERE inbox_key = $1 AND (scope = $2 OR scope = 0::pg_catalog.oid)"
+	" ORDER BY scope = $2 DESC LIMIT 1",
+	2, {BYTEAOID, OIDOID}
 };
 
 /*
@@ -123,14 +123,14 @@ static IdemStatement dead_at_begin = {
 	" WHERE inbox_key = $1 AND scope = $4 AND state = 'failed' AND error_count >= $3"
 	"  AND $2 IS NOT NULL"
 	" RETURNING consumer, message_id, error_count, last_error",
-	4, {BYTEAOID, BYTEAOID, INT4OID, TEXTOID}
+	4, {BYTEAOID, BYTEAOID, INT4OID, OIDOID}
 };
 
 static IdemStatement mark_done = {
 	"UPDATE @extschema@.idem_inbox"
 	" SET state = 'done', processed_at = clock_timestamp(), retry_at = NULL"
 	" WHERE inbox_key = $1 AND scope = $2 AND state = 'processing'",
-	2, {BYTEAOID, TEXTOID}
+	2, {BYTEAOID, OIDOID}
 };
 
 static IdemStatement revive_message = {
@@ -221,30 +221,29 @@ same_payload(HeapTuple row, TupleDesc desc, int column, bytea *payload_hash)
 static void
 require_scoped_schema(Oid namespace)
 {
-	if (!idem_schema_scoped(namespace))
+	if (idem_schema_scope_type(namespace) != OIDOID)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem's inbox needs ALTER EXTENSION pg_idem UPDATE"),
-				 errdetail("The library is version %s; the installed extension's tables are from before 0.3.0.", IDEM_VERSION),
+				 errdetail("The library is version %s; the installed extension's tables are from before 0.5.0.", IDEM_VERSION),
 				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
 }
 
 /*
- * The scope of a message's row: the caller's, or '' when the message was
- * delivered before 0.3.0 (such rows are shared by every role).
+ * The scope of a message's row: the caller's, or the shared scope when the
+ * message was delivered before 0.3.0 (such rows are shared by every role).
  */
 static Datum
-message_scope(Oid namespace, bytea *key, text *scope)
+message_scope(Oid namespace, bytea *key, Oid scope)
 {
 	Datum		read[2];
 	bool		isnull;
 
 	read[0] = PointerGetDatum(key);
-	read[1] = PointerGetDatum(scope);
+	read[1] = ObjectIdGetDatum(scope);
 	if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
-		return PointerGetDatum(scope);
-	return datumCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull),
-					 false, -1);
+		return ObjectIdGetDatum(scope);
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
 }
 
 /*
@@ -345,7 +344,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
 	bytea	   *payload_hash = idem_digest_arg(fcinfo, 2, "payload_hash");
-	text	   *caller_scope = idem_current_scope();
+	Oid			caller_scope = idem_current_scope(namespace);
 	Datum		scope;
 	int32		max_attempts;
 	int32		seen_errors = 0;
@@ -372,24 +371,27 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 				 errhint("Call idem_inbox_fail for the failed attempt and commit before beginning the message again.")));
 
 	idem_inbox_register_callbacks();
-	idem_inbox_lock((const uint8 *) VARDATA_ANY(key));
+	/* The message's row scope: the caller's, or shared (from before 0.3.0). */
+	SPI_connect();
+	scope = message_scope(namespace, key, caller_scope);
+	SPI_finish();
+	idem_inbox_lock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
 	PG_TRY();
 	{
 		SPI_connect();
-		scope = message_scope(namespace, key, caller_scope);
 		outcome = begin_message(namespace, key, scope, consumer, message_id, payload_hash,
 								max_attempts, &seen_errors);
 		if (strcmp(outcome, "process") == 0)
 		{
 			/* The attempt keeps the lock; it is released once accounted for. */
-			idem_inbox_remember(namespace, key, DatumGetTextPP(scope), consumer, message_id,
+			idem_inbox_remember(namespace, key, DatumGetObjectId(scope), consumer, message_id,
 								payload_hash, max_attempts, seen_errors);
 		}
 		SPI_finish();
 	}
 	PG_CATCH();
 	{
-		idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
+		idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -399,7 +401,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
 		PG_RETURN_TEXT_P(cstring_to_text(outcome));
 	}
-	idem_inbox_unlock((const uint8 *) VARDATA_ANY(key));
+	idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
 	if (strcmp(outcome, "duplicate") == 0)
 		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
 	else if (strcmp(outcome, "dead") == 0)
@@ -431,7 +433,7 @@ idem_inbox_done(PG_FUNCTION_ARGS)
 				 errhint("Call idem_inbox_done in the transaction whose idem_inbox_begin answered process.")));
 
 	values[0] = PointerGetDatum(key);
-	values[1] = CStringGetTextDatum(attempt->scope);
+	values[1] = ObjectIdGetDatum(attempt->scope);
 	SPI_connect();
 	n = idem_execute(&mark_done, namespace, values, NULL, false, 1);
 	SPI_finish();
@@ -489,8 +491,8 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 				 errhint("Commit the transaction.")));
 
 	SPI_connect();
-	scope = known != NULL ? CStringGetTextDatum(known->scope) :
-		message_scope(namespace, key, idem_current_scope());
+	scope = known != NULL ? ObjectIdGetDatum(known->scope) :
+		message_scope(namespace, key, idem_current_scope(namespace));
 	outcome = idem_inbox_record_failure(namespace, key, scope, PointerGetDatum(consumer),
 										PointerGetDatum(message_id), known,
 										PG_GETARG_DATUM(2), false,

@@ -27,7 +27,7 @@ typedef struct InboxAttempt
 {
 	uint8		key[IDEM_DIGEST_LEN];
 	Oid			namespace;
-	char	   *scope;
+	Oid			scope;			/* the message row's */
 	char	   *consumer;
 	char	   *message_id;
 	uint8		payload_hash[IDEM_DIGEST_LEN];
@@ -35,17 +35,20 @@ typedef struct InboxAttempt
 	int32		seen_errors;	/* error_count when the attempt began */
 	TimestampTz started_at;
 	SubTransactionId subid;		/* open attempts: the subtransaction of begin */
-	Oid			owner;			/* the user begin ran as (its definer) */
+	Oid			caller;			/* the role that called begin */
 	bool		open;
 	bool		recorded;		/* its failure is written, not yet committed */
 	SubTransactionId recorded_subid;
 } InboxAttempt;
 
+/* inbox_lock.c: the message's lock, (scope, key) in this database */
+extern void idem_inbox_lock(Oid scope, const uint8 *key);
+extern void idem_inbox_unlock(Oid scope, const uint8 *key);
+extern void idem_inbox_lock_init(void);
+
 /* inbox_cap.c */
-extern void idem_inbox_lock(const uint8 *digest);
-extern void idem_inbox_unlock(const uint8 *digest);
 extern InboxAttempt *idem_inbox_find_attempt(const bytea *key, bool open);
-extern void idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
+extern void idem_inbox_remember(Oid namespace, bytea *key, Oid scope, text *consumer,
 								text *message_id, bytea *payload_hash,
 								int32 max_attempts, int32 seen_errors);
 extern void idem_inbox_mark_recorded(InboxAttempt *attempt);

@@ -6,10 +6,10 @@
  *
  * Everything idem_inbox_begin writes rolls back with a failed attempt, so
  * a failure has to be recorded by a transaction that commits on its own
- * (see inbox.c).  Until it is, the attempt holds a session-level lock on
- * its message (an advisory lock on the first 8 bytes of its key), so that
- * no concurrent delivery starts from a count that misses it.  The lock is
- * released only when the attempt is accounted for:
+ * (see inbox.c).  Until it is, the attempt holds its message's lock (an
+ * entry of inbox_lock.c's registry, which no SQL can take, release or
+ * see), so that no concurrent delivery starts from a count that misses
+ * it.  The lock is released only when the attempt is accounted for:
  *
  *	 - its transaction commits with the message done, or with its failure
  *	   recorded by idem_inbox_fail (the savepoint protocol) — a recording
@@ -17,15 +17,12 @@
  *	   the attempt an orphan again instead of losing it;
  *	 - an orphan's failure is recorded by a later idem_inbox_fail on this
  *	   session, by DISCARD ALL (which a session pooler runs when a client
- *	   leaves: the orphans are recorded in its transaction before it
- *	   releases the advisory locks), or by the backend on its way out
- *	   (before_shmem_exit runs before a backend's locks are released);
- *	 - pg_advisory_unlock_all() would release the lock while the attempt
- *	   is unaccounted for: a statement that calls it is refused then (at
- *	   parse analysis); PREPARE TRANSACTION would move the attempt out of
- *	   this session: it is refused while an attempt is open or its
- *	   recording uncommitted.
- *
+ *	   leaves: the orphans are recorded in its transaction, so the next
+ *	   client of the connection inherits none), or by the backend on its
+ *	   way out (before_shmem_exit, before the registry's entries are freed);
+ *	 - PREPARE TRANSACTION would move the attempt out of this session: it
+ *	   is refused while an attempt is open or its recording uncommitted.
+
  * The one case left uncounted is a crash of the server itself (immediate
  * shutdown, a backend killed by signal 9, power loss) during an attempt:
  * nothing of that attempt was committed anywhere, so the message runs one
@@ -38,7 +35,6 @@
  */
 #include "postgres.h"
 
-#include "core/compat.h"
 #include "core/hashing.h"
 #include "inbox/inbox.h"
 
@@ -46,58 +42,19 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
-#include "parser/analyze.h"
 #include "storage/ipc.h"
-#include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 static List *attempts = NIL;
 static bool callbacks_registered = false;
 
 static ProcessUtility_hook_type prev_process_utility = NULL;
-static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
-
-/* The advisory lock key of a message: the first 8 bytes of its digest. */
-static int64
-message_lock_id(const uint8 *digest)
-{
-	int64		id;
-
-	memcpy(&id, digest, sizeof(id));
-	return id;
-}
-
-/* Take the message's session-level lock, waiting for its current attempt. */
-void
-idem_inbox_lock(const uint8 *digest)
-{
-	DirectFunctionCall1(pg_advisory_lock_int8,
-						Int64GetDatum(message_lock_id(digest)));
-}
-
-/*
- * Release the message's session-level lock, if this session still holds
- * it (DISCARD ALL may have released it already).
- */
-void
-idem_inbox_unlock(const uint8 *digest)
-{
-	LOCKTAG		tag;
-	int64		id = message_lock_id(digest);
-
-	/* The tag pg_advisory_lock(bigint) uses. */
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (id >> 32), (uint32) id, 1);
-	if (idem_lock_held_by_me(&tag, ExclusiveLock))
-		(void) LockRelease(&tag, ExclusiveLock, true);
-}
 
 /*
  * The attempt this backend remembers for key: open, or not open (an
@@ -123,9 +80,8 @@ idem_inbox_find_attempt(const bytea *key, bool open)
 static void
 forget_attempt(InboxAttempt *a)
 {
-	idem_inbox_unlock(a->key);
+	idem_inbox_unlock(a->scope, a->key);
 	attempts = list_delete_ptr(attempts, a);
-	pfree(a->scope);
 	pfree(a->consumer);
 	pfree(a->message_id);
 	pfree(a);
@@ -183,10 +139,9 @@ inbox_xact_callback(XactEvent event, void *arg)
 
 				if (a->open || a->recorded)
 				{
-					idem_inbox_unlock(a->key);
+					idem_inbox_unlock(a->scope, a->key);
 					attempts = foreach_delete_current(attempts, lc);
-					pfree(a->scope);
-					pfree(a->consumer);
+									pfree(a->consumer);
 					pfree(a->message_id);
 					pfree(a);
 				}
@@ -240,9 +195,9 @@ inbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * Record an orphan's failure in the current transaction, as
- * idem_inbox_begin ran: as its owner (SECURITY DEFINER; the session's role
- * may not write idem_inbox) and with its pinned search_path, as
- * fmgr_security_definer would.  Guarded by the error_count the attempt
+ * idem_inbox_begin ran: as the role that called it (the statements switch
+ * to the tables' owner themselves; a dead letter takes that role's scope)
+ * and with a pinned search_path.  Guarded by the error_count the attempt
  * started from, so an attempt recorded elsewhere is not counted twice.
  */
 static void
@@ -255,7 +210,7 @@ record_orphan(InboxAttempt *a)
 	int			save_nestlevel;
 
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(a->owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(a->caller, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	save_nestlevel = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
@@ -264,7 +219,7 @@ record_orphan(InboxAttempt *a)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	SPI_connect();
 	idem_inbox_record_failure(a->namespace, idem_digest_bytea(a->key),
-							  CStringGetTextDatum(a->scope),
+							  ObjectIdGetDatum(a->scope),
 							  CStringGetTextDatum(a->consumer),
 							  CStringGetTextDatum(a->message_id), a,
 							  CStringGetTextDatum(SESSION_ENDED_ERROR),
@@ -300,9 +255,10 @@ inbox_at_exit(int code, Datum arg)
 }
 
 /*
- * DISCARD ALL releases every advisory lock: first record the orphans in
- * its own transaction (DISCARD ALL cannot run in a transaction block, so
- * no attempt is open); they are forgotten when it commits.
+ * DISCARD ALL (a session pooler handing the connection to its next
+ * client): first record the orphans in its own transaction (DISCARD ALL
+ * cannot run in a transaction block, so no attempt is open); they are
+ * forgotten, and their locks released, when it commits.
  */
 static void
 inbox_process_utility(PlannedStmt *pstmt, const char *queryString,
@@ -338,47 +294,13 @@ inbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 								queryEnv, dest, qc);
 }
 
-/* Does the expression tree call pg_advisory_unlock_all()? */
-static bool
-calls_unlock_all(Node *node, void *context)
-{
-	if (node == NULL)
-		return false;
-	if (IsA(node, FuncExpr) && ((FuncExpr *) node)->funcid == F_PG_ADVISORY_UNLOCK_ALL)
-		return true;
-	if (IsA(node, Query))
-		return query_tree_walker((Query *) node, calls_unlock_all, context, 0);
-	return expression_tree_walker(node, calls_unlock_all, context);
-}
-
-/*
- * Refuse a statement that calls pg_advisory_unlock_all() while an attempt
- * is unaccounted for.  (A built-in function cannot be hooked at call time,
- * so the check is made when the statement is analyzed: a statement
- * prepared before the attempt began is not checked.)
- */
-static void
-inbox_post_parse_analyze(ParseState *pstate, Query *query, IdemJumbleState *jstate)
-{
-	if (prev_post_parse_analyze)
-		prev_post_parse_analyze(pstate, query, jstate);
-	if (attempts != NIL &&
-		query_tree_walker(query, calls_unlock_all, NULL, 0))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("cannot release all advisory locks while an inbox attempt is unaccounted for"),
-				 errdetail("The attempt's lock keeps concurrent deliveries from running the message past its cap."),
-				 errhint("Finish the attempt (idem_inbox_done, or idem_inbox_fail and COMMIT) first, or end the session.")));
-}
-
-/* Install the utility and parse-analysis hooks; called from _PG_init. */
+/* Install the utility hook and the lock registry; called from _PG_init. */
 void
 idem_inbox_init(void)
 {
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = inbox_process_utility;
-	prev_post_parse_analyze = post_parse_analyze_hook;
-	post_parse_analyze_hook = inbox_post_parse_analyze;
+	idem_inbox_lock_init();
 }
 
 /* Register the transaction and exit callbacks once per backend. */
@@ -395,7 +317,7 @@ idem_inbox_register_callbacks(void)
 
 /* Remember an attempt begun in the current (sub)transaction. */
 void
-idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
+idem_inbox_remember(Oid namespace, bytea *key, Oid scope, text *consumer,
 					text *message_id, bytea *payload_hash, int32 max_attempts,
 					int32 seen_errors)
 {
@@ -404,7 +326,7 @@ idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
 
 	memcpy(a->key, VARDATA_ANY(key), IDEM_DIGEST_LEN);
 	a->namespace = namespace;
-	a->scope = text_to_cstring(scope);
+	a->scope = scope;
 	a->consumer = text_to_cstring(consumer);
 	a->message_id = text_to_cstring(message_id);
 	memcpy(a->payload_hash, VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN);
@@ -412,7 +334,7 @@ idem_inbox_remember(Oid namespace, bytea *key, text *scope, text *consumer,
 	a->seen_errors = seen_errors;
 	a->started_at = GetCurrentTimestamp();
 	a->subid = GetCurrentSubTransactionId();
-	a->owner = GetUserId();
+	a->caller = GetUserId();
 	a->open = true;
 	attempts = lappend(attempts, a);
 	MemoryContextSwitchTo(old);

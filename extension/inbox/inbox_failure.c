@@ -28,7 +28,7 @@
 
 /* Parameters of the failure recording (see record_failure). */
 #define RECORD_ARGS {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID, \
-					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID}
+					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, OIDOID}
 
 /*
  * Record one failed attempt: $1 key, $2 consumer, $3 message_id, $4

@@ -31,7 +31,7 @@ CREATE TABLE idem_outbox_queue (
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     published_at  timestamptz,
     dead_at       timestamptz,
-    scope         text        NOT NULL DEFAULT '',
+    scope         oid         NOT NULL DEFAULT 0,
     CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
 );
 -- No CHECK constraints: PostgreSQL rebuilds them from their stored text
@@ -52,7 +52,7 @@ COMMENT ON COLUMN idem_outbox_queue.attempts IS
 COMMENT ON COLUMN idem_outbox_queue.key_hash IS
     'SHA-256 of message_key: the caller''s string itself is never indexed';
 COMMENT ON COLUMN idem_outbox_queue.scope IS
-    'the stager''s scope (role); '''' for events staged before 0.3.0, which every scope''s drainers may claim';
+    'the OID of the stager''s scope (role); 0 for events staged before 0.3.0, which every scope''s drainers may claim';
 
 -- What a claim scans: one scope's pending events in the order they become
 -- claimable.
@@ -76,7 +76,7 @@ CREATE TABLE idem_outbox_archive (
     claim_token   uuid,
     created_at    timestamptz NOT NULL,
     published_at  timestamptz NOT NULL,
-    scope         text        NOT NULL,
+    scope         oid         NOT NULL,
     CONSTRAINT idem_outbox_archive_pkey PRIMARY KEY (id)
 );
 COMMENT ON TABLE idem_outbox_archive IS

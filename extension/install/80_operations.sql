@@ -42,9 +42,13 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_evict(bytea) IS
     'forget one key whatever its state (the next request runs afresh)';
 
+-- Each operator view names the role a row belongs to (scope::regrole: the
+-- role's current name, its OID once it was dropped, '-' for the shared
+-- scope of rows from before 0.3.0).
 CREATE VIEW idem_inflight AS
 SELECT cache_key, generation, in_transaction, created_at, lease_expires_at,
-       lease_expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() AS lease_remaining
+       lease_expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() AS lease_remaining,
+       scope::pg_catalog.regrole AS scope
   FROM @extschema@.idem_keys
  WHERE state OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
    AND lease_expires_at OPERATOR(pg_catalog.>=) pg_catalog.clock_timestamp();
@@ -52,23 +56,27 @@ COMMENT ON VIEW idem_inflight IS 'keys whose handler holds a live lease';
 
 CREATE VIEW idem_stuck AS
 SELECT cache_key, generation, created_at, lease_expires_at,
-       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) lease_expires_at AS expired_for
+       pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) lease_expires_at AS expired_for,
+       scope::pg_catalog.regrole AS scope,
+       pg_catalog.count(*) OVER (PARTITION BY scope) AS stuck_in_scope
   FROM @extschema@.idem_keys
  WHERE state OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
    AND lease_expires_at OPERATOR(pg_catalog.<) pg_catalog.clock_timestamp();
 COMMENT ON VIEW idem_stuck IS
-    'pending keys past their lease: the owner died or stalled; the next same request recovers them';
+    'pending keys past their lease: the owner died or stalled; the next same request recovers them (stuck_in_scope: how many the row''s scope has)';
 
 CREATE VIEW idem_cooling AS
 SELECT cache_key, generation, finished_at, lease_expires_at AS cooldown_ends_at,
-       lease_expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() AS cooldown_remaining
+       lease_expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp() AS cooldown_remaining,
+       scope::pg_catalog.regrole AS scope
   FROM @extschema@.idem_keys
  WHERE state OPERATOR(pg_catalog.=) 'failed'::pg_catalog.text
    AND lease_expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp();
 COMMENT ON VIEW idem_cooling IS 'failed keys still in their cooldown';
 
 CREATE VIEW idem_outbox_dead AS
-SELECT id, topic, message_key, attempts, last_error, created_at, dead_at
+SELECT id, topic, message_key, attempts, last_error, created_at, dead_at,
+       scope::pg_catalog.regrole AS scope
   FROM @extschema@.idem_outbox
  WHERE state OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text;
 COMMENT ON VIEW idem_outbox_dead IS
@@ -76,7 +84,7 @@ COMMENT ON VIEW idem_outbox_dead IS
 
 CREATE VIEW idem_inbox_dead AS
 SELECT consumer, message_id, error_count, max_attempts, last_error,
-       received_at, failed_at, dead_at
+       received_at, failed_at, dead_at, scope::pg_catalog.regrole AS scope
   FROM @extschema@.idem_inbox
  WHERE state OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text;
 COMMENT ON VIEW idem_inbox_dead IS

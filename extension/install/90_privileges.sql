@@ -7,17 +7,18 @@
 --    and a row edited by hand defeats every fence.
 --  * idem_admin (a member of idem_client) may also read the operator views
 --    and the state tables, evict keys, reset statistics and run cleanups.
---  * Functions that touch the state tables run as the extension's owner
---    (SECURITY DEFINER) with search_path pinned to pg_catalog, pg_temp, so
---    no caller-created operator or function can be resolved inside them.
---    None builds SQL from its arguments.
---  * Except the hot paths (direct_functions: the claims, staging outbox
---    events): those run no SQL text at all (direct_table.c reads and writes
---    idem_keys and idem_outbox_queue directly) and switch
---    to the table's owner in C around the table access, so they need
---    neither definer rights nor a pinned search_path, whose GUC nesting
---    level per call was a measurable part of a claim.
---
+--  * Every function is SECURITY INVOKER, so that the role whose code calls
+--    pg_idem is the scope it acts in (core/scope.c): a SECURITY DEFINER
+--    function of pg_idem's would hide its caller.  The functions switch
+--    to the tables' owner in C around their table access instead: the hot
+--    paths (the claims, staging outbox events) run no
+--    SQL text at all (direct_table.c reads and writes idem_keys and
+--    idem_outbox_queue directly); the others run their fixed statements
+--    through core/statements.c, as the owner and with search_path pinned
+--    to pg_catalog, pg_temp, so no caller-created operator or function can
+--    be resolved inside them.  None builds SQL from its arguments.  (Up to
+--    0.4.0 the latter were SECURITY DEFINER; the upgrade resets them.)
+
 -- The roles are cluster-wide: they are created once and kept by DROP
 -- EXTENSION (another database may use them).
 --
@@ -41,16 +42,6 @@ DECLARE
         'idem_attempt_open', 'idem_attempt_object_key', 'idem_attempt_store',
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',
         'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash']::pg_catalog.name[];
-    -- The claim hot path: direct table access as the owner, no SQL text.
-    direct_functions CONSTANT pg_catalog.name[] := ARRAY[
-        'idem_claim', 'idem_begin', 'idem_lookup', 'idem_renew',
-        'idem_finalize', 'idem_release', 'idem_fail', 'idem_evict',
-        'idem_outbox_stage', 'idem_outbox_stage_bytes',
-        'idem_outbox_stage_batch']::pg_catalog.name[];
-    -- Pure functions of their arguments: no table, no need for definer rights.
-    pure_functions CONSTANT pg_catalog.name[] := ARRAY[
-        'idem_key', 'idem_request_hash', 'idem_attempt_object_key',
-        'idem_attempt_safe_name', 'idem_intent_hash']::pg_catalog.name[];
     ext_oid pg_catalog.oid := (SELECT e.oid FROM pg_catalog.pg_extension e
                                 WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'::pg_catalog.name);
     proc_class CONSTANT pg_catalog.oid := 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid;
@@ -86,12 +77,9 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC'::pg_catalog.text,
                                   fn.signature);
-        IF fn.proname OPERATOR(pg_catalog.=) ANY (direct_functions) THEN
-            -- An upgrade from 0.3.0 or before finds them SECURITY DEFINER.
+        IF NOT fn.is_trigger THEN
+            -- An upgrade from 0.4.0 or before finds most SECURITY DEFINER.
             EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY INVOKER RESET ALL'::pg_catalog.text,
-                                      fn.signature);
-        ELSIF NOT fn.is_trigger AND NOT fn.proname OPERATOR(pg_catalog.=) ANY (pure_functions) THEN
-            EXECUTE pg_catalog.format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, pg_temp'::pg_catalog.text,
                                       fn.signature);
         END IF;
         IF fn.proname OPERATOR(pg_catalog.=) ANY (client_functions) THEN

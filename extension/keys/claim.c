@@ -15,7 +15,8 @@
  * claim (finish.c, renew) are fenced by the claim_id token.
  *
  * Keys are scoped (scope.c): a claim reads and writes only its caller's
- * row of a cache key, or a row written before scopes existed (scope '').
+ * row of a cache key, or a row written before scopes existed (the shared
+ * scope).
  *
  * A key's whole life has two horizons.  For idem.ttl after its claim a
  * finished key replays its response; after that the response is gone and
@@ -115,7 +116,7 @@ typedef struct ClaimRequest
 {
 	bytea	   *cache_key;
 	bytea	   *request_hash;
-	text	   *scope;
+	Oid			scope;
 	Interval   *lease;
 	bool		in_transaction;
 	pg_uuid_t  *claim_id;
@@ -363,7 +364,7 @@ claim_key(Oid namespace, ClaimRequest *req, TimestampTz deadline,
 		CHECK_FOR_INTERRUPTS();
 		reset_answer(answer);
 
-		if (!key_table_read(table, req->cache_key, KEY_MATCH_SCOPE, req->scope, true, row))
+		if (!key_table_read(table, req->cache_key, KEY_MATCH_SCOPE, &req->scope, true, row))
 		{
 			memset(row, 0, sizeof(*row));
 			row->cache_key = req->cache_key;
@@ -549,7 +550,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	req.lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
 	deadline = wait_deadline(fcinfo, 3);
 	req.in_transaction = in_transaction;
-	req.scope = idem_current_scope();
+	req.scope = idem_current_scope(namespace);
 	req.claim_id = NULL;
 
 	claim_key(namespace, &req, deadline, &answer);
@@ -591,13 +592,13 @@ idem_lookup(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
-	text	   *scope = idem_current_scope();
+	Oid			scope = idem_current_scope(namespace);
 	KeyTable   *table;
 	ClaimAnswer answer;
 
 	reset_answer(&answer);
 	table = key_table_open(namespace, DIRECT_READ);
-	if (!key_table_read(table, cache_key, KEY_MATCH_SCOPE, scope, false, &answer.row))
+	if (!key_table_read(table, cache_key, KEY_MATCH_SCOPE, &scope, false, &answer.row))
 		answer.outcome = IDEM_OUTCOME_ABSENT;
 	else
 	{

@@ -27,6 +27,7 @@
 
 #include "core/arguments.h"
 #include "core/settings.h"
+#include "core/scope.h"
 #include "core/statements.h"
 #include "core/stats.h"
 #include "catalog/pg_type.h"
@@ -98,7 +99,7 @@ idem_cleanup(PG_FUNCTION_ARGS)
 	int			deleted;
 	int			expired = 0;
 	/* A 0.2 schema (before ALTER EXTENSION UPDATE) has one horizon. */
-	int			delete_after_s = idem_schema_scoped(namespace) ?
+	int			delete_after_s = OidIsValid(idem_schema_scope_type(namespace)) ?
 		Max(idem_ttl_s, idem_tombstone_ttl_s) : idem_ttl_s;
 
 	idem_require_arg(fcinfo, 0, "batch");

@@ -4,12 +4,14 @@
  *	  The calls of a claim's owner: renew, finalize, release and fail.
  *
  * Every one names the claim_id it got from its claim and writes only the
- * key's row that is pending under that claim_id (KEY_MATCH_OWNER): a stale
- * or forged token changes nothing, also when the write waited for a newer
- * owner's (the write then reads the newest version again).  The claim_id is an unguessable token returned only to the
- * winner, so it is the owner's capability: these calls need no scope, and
- * a claim made before an upgrade to scoped keys is still finished by its
- * owner.
+ * key's row of the caller's scope (or the shared scope of rows from before
+ * 0.3.0) that is pending under that claim_id (KEY_MATCH_OWNER): a stale or
+ * forged token changes nothing, also when the write waited for a newer
+ * owner's (the write then reads the newest version again).  The claim_id
+ * is an unguessable token returned only to the winner, but a token that
+ * leaks (a log line, a proxy) must not let another role finish the key:
+ * the scope is checked as well, and a claim made before an upgrade to
+ * scoped keys (a shared row) is still finished by its owner.
  *
  * Finalize, release and fail change what followers wait for: they
  * register the key's wake-up channel, broadcast after their transaction
@@ -21,6 +23,7 @@
 
 #include "core/arguments.h"
 #include "core/errors.h"
+#include "core/scope.h"
 #include "core/settings.h"
 #include "core/statements.h"
 #include "core/stats.h"
@@ -58,14 +61,18 @@ static bool
 fenced_write(FunctionCallInfo fcinfo, FenceChange change, const void *arg, KeyRow *row)
 {
 	bytea	   *cache_key = PG_GETARG_BYTEA_PP(0);
-	pg_uuid_t  *claim_id = PG_GETARG_UUID_P(1);
-	KeyTable   *table = key_table_open(idem_function_namespace(fcinfo), DIRECT_UPDATE);
+	Oid			namespace = idem_function_namespace(fcinfo);
+	KeyOwner	owner;
+	KeyTable   *table;
 	bool		written = false;
 
+	owner.claim_id = PG_GETARG_UUID_P(1);
+	owner.scope = idem_current_scope(namespace);
+	table = key_table_open(namespace, DIRECT_UPDATE);
 	for (;;)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (!key_table_read(table, cache_key, KEY_MATCH_OWNER, claim_id, true, row))
+		if (!key_table_read(table, cache_key, KEY_MATCH_OWNER, &owner, true, row))
 			break;
 		change(row, arg);
 		if (key_table_update(table, row) == KEY_WRITTEN)

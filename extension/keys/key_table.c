@@ -18,6 +18,8 @@
 
 #include "keys/key_table.h"
 
+#include "core/scope.h"
+
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
@@ -48,7 +50,7 @@ typedef enum KeyColumn
 
 static const DirectColumn key_columns[NCOLUMNS] = {
 	[COL_CACHE_KEY] = {"cache_key", BYTEAOID},
-	[COL_SCOPE] = {"scope", TEXTOID, true},	/* since 0.3.0 */
+	[COL_SCOPE] = {"scope", OIDOID, true, TEXTOID},	/* since 0.3.0; text before 0.5.0 */
 	[COL_STATE] = {"state", TEXTOID},
 	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID},
 	[COL_CLAIM_ID] = {"claim_id", UUIDOID},
@@ -114,11 +116,11 @@ key_table_has_scopes(KeyTable *table)
 	return direct_attnum(table, COL_SCOPE) != 0;
 }
 
-static bool
-texts_equal(text *a, text *b)
+/* The scope column's type: oid, or text before the 0.5.0 update. */
+static Oid
+scope_type(KeyTable *table)
 {
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+	return direct_column_type(table, COL_SCOPE);
 }
 
 static KeyState
@@ -150,8 +152,8 @@ row_from_tuple(KeyTable *table, HeapTuple tuple, KeyRow *row)
 	row->tid = tuple->t_self;
 	row->tuple = tuple;
 	row->cache_key = DatumGetByteaPP(VALUE(COL_CACHE_KEY));
-	row->scope = direct_attnum(table, COL_SCOPE) != 0 ? DatumGetTextPP(VALUE(COL_SCOPE))
-		: cstring_to_text("");
+	row->scope = direct_attnum(table, COL_SCOPE) != 0 ?
+		idem_scope_of_value(VALUE(COL_SCOPE), scope_type(table)) : IDEM_SHARED_SCOPE;
 	row->state = parse_state(DatumGetTextPP(VALUE(COL_STATE)));
 	row->request_hash = ISNULL(COL_REQUEST_HASH) ? NULL : DatumGetByteaPP(VALUE(COL_REQUEST_HASH));
 	row->claim_id = ISNULL(COL_CLAIM_ID) ? NULL : DatumGetUUIDP(VALUE(COL_CLAIM_ID));
@@ -184,13 +186,18 @@ row_matches(KeyRow *row, KeyMatch match, const void *arg, bool *fallback)
 	switch (match)
 	{
 		case KEY_MATCH_SCOPE:
-			if (texts_equal(row->scope, (text *) arg))
+			if (row->scope == *(const Oid *) arg)
 				return true;
-			*fallback = VARSIZE_ANY_EXHDR(row->scope) == 0;
+			*fallback = row->scope == IDEM_SHARED_SCOPE;
 			return false;
 		case KEY_MATCH_OWNER:
-			return row->state == KEY_PENDING && row->claim_id != NULL &&
-				memcmp(row->claim_id->data, ((const pg_uuid_t *) arg)->data, UUID_LEN) == 0;
+			{
+				const KeyOwner *owner = (const KeyOwner *) arg;
+
+				return row->state == KEY_PENDING && row->claim_id != NULL &&
+					(row->scope == owner->scope || row->scope == IDEM_SHARED_SCOPE) &&
+					memcmp(row->claim_id->data, owner->claim_id->data, UUID_LEN) == 0;
+			}
 		case KEY_MATCH_LIVE:
 			return !key_row_is_tombstone(row);
 	}
@@ -246,12 +253,12 @@ key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match, const void *ar
 		direct_key_columns(table) != 2)
 		return scan_rows(table, 1, keys, match, arg, fresh_snapshot, row);
 
-	keys[1] = PointerGetDatum(arg);
+	keys[1] = idem_scope_value(*(const Oid *) arg, scope_type(table));
 	if (scan_rows(table, 2, keys, match, arg, fresh_snapshot, row))
 		return true;
-	if (VARSIZE_ANY_EXHDR((text *) arg) == 0)
+	if (*(const Oid *) arg == IDEM_SHARED_SCOPE)
 		return false;
-	keys[1] = PointerGetDatum(cstring_to_text(""));
+	keys[1] = idem_scope_value(IDEM_SHARED_SCOPE, scope_type(table));
 	/* The same read's second probe: the same snapshot. */
 	return scan_rows(table, 2, keys, match, arg, false, row);
 }
@@ -262,7 +269,8 @@ set_row(KeyTable *table, KeyRow *row)
 {
 	(void) direct_new_row(table, row->tuple);
 	direct_set(table, COL_CACHE_KEY, PointerGetDatum(row->cache_key), false);
-	direct_set(table, COL_SCOPE, PointerGetDatum(row->scope), false);
+	if (key_table_has_scopes(table))
+		direct_set(table, COL_SCOPE, idem_scope_value(row->scope, scope_type(table)), false);
 	direct_set(table, COL_STATE, CStringGetTextDatum(key_state_names[row->state]), false);
 	direct_set(table, COL_REQUEST_HASH, PointerGetDatum(row->request_hash), row->request_hash == NULL);
 	direct_set(table, COL_CLAIM_ID, UUIDPGetDatum(row->claim_id), row->claim_id == NULL);

@@ -36,7 +36,7 @@ typedef struct KeyRow
 	ItemPointerData tid;
 	HeapTuple	tuple;			/* as read; NULL for a row to insert */
 	bytea	   *cache_key;
-	text	   *scope;			/* '' for a row from before scopes */
+	Oid			scope;			/* the role's OID; IDEM_SHARED_SCOPE before scopes */
 	KeyState	state;
 	bytea	   *request_hash;	/* NULL: a tombstone (or a legacy row) */
 	pg_uuid_t  *claim_id;		/* NULL: no owner */
@@ -59,10 +59,17 @@ typedef struct KeyRow
 /* Which of a cache key's rows (one per scope) a read wants. */
 typedef enum KeyMatch
 {
-	KEY_MATCH_SCOPE,			/* the caller's scope's, else one from before scopes */
-	KEY_MATCH_OWNER,			/* pending under the given claim id, any scope */
+	KEY_MATCH_SCOPE,			/* the scope's (arg: an Oid *), else one from before scopes */
+	KEY_MATCH_OWNER,			/* pending under a claim id, in a scope (arg: a KeyOwner *) */
 	KEY_MATCH_LIVE				/* the first that is not a tombstone, any scope */
 } KeyMatch;
+
+/* KEY_MATCH_OWNER's argument: the claim and the caller's scope. */
+typedef struct KeyOwner
+{
+	pg_uuid_t  *claim_id;
+	Oid			scope;			/* the row's, or the row is in the shared scope */
+} KeyOwner;
 
 /* What a write did (DirectWrite's values). */
 typedef enum KeyWrite

@@ -22,16 +22,17 @@
  * assumed 10 % of the table and hashed a sequential scan of it.
  *
  * Scopes: a claim hands out only events of the caller's scope, then, if
- * the batch is not full, events staged before 0.3.0 (scope ''), which
- * every scope shares.  Per-key order is per (scope, key): a row is
+ * the batch is not full, events staged before 0.3.0 (the shared scope,
+ * 0), which every scope shares.  Per-key order is per (scope, key): a row is
  * claimable only if no earlier row of the same scope and key is still
  * pending (waiting, leased or backing off).  Dead rows do not block their
  * key.  Keys are caller-controlled strings, so only their SHA-256 is
  * indexed.
  *
- * Ack and nack are fenced by the claim token (set only on pending rows); a
- * re-claim replaces the token, so a drainer whose lease expired and whose
- * rows were taken over changes nothing.  An ack moves the event out of
+ * Ack and nack are fenced by the claim token (set only on pending rows)
+ * and by the caller's scope (a token that leaks to another role acks
+ * nothing); a re-claim replaces the token, so a drainer whose lease
+ * expired and whose rows were taken over changes nothing.  An ack moves the event out of
  * the queue into idem_outbox_archive (or deletes it, idem.outbox_archive
  * = off): a DELETE and an insert-only append, so the queue's rows and
  * index entries are never rewritten to say "published" and the queue
@@ -94,7 +95,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_prune);
  * One claim of at most %d rows (twice: the literal batch): pick the
  * caller's claimable rows ($5) as of $6 (the time, a parameter so that it
  * bounds the index scan: clock_timestamp() could only filter it), then
- * shared rows of scope '' up to the batch; lease them to token $2 for $3 and count the attempt.  A picked
+ * shared rows (scope 0, from before 0.3.0) up to the batch; lease them to token $2 for $3 and count the attempt.  A picked
  * row whose attempts are used up ($4) goes dead instead; only the leased
  * rows are returned.
  */
@@ -106,7 +107,7 @@ static const char claim_template[] =
 	"   LIMIT %d FOR UPDATE OF o SKIP LOCKED),"
 	" shared AS MATERIALIZED ("
 	"  SELECT o.id FROM @extschema@.idem_outbox_queue o"
-	"   WHERE o.scope = '' AND " OUTBOX_CLAIMABLE("o", "$6")
+	"   WHERE o.scope = 0::pg_catalog.oid AND " OUTBOX_CLAIMABLE("o", "$6")
 	"   ORDER BY o.available_at, o.id"
 	"   LIMIT (%d - (SELECT pg_catalog.count(*) FROM own)) FOR UPDATE OF o SKIP LOCKED),"
 	" taken AS ("
@@ -155,6 +156,7 @@ static IdemStatement ack_archive = {
 	"WITH moved AS ("
 	"  DELETE FROM @extschema@.idem_outbox_queue o"
 	"   WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state <> 'dead'"
+	"     AND o.scope = ANY (ARRAY[$3, 0::pg_catalog.oid])"
 	"  RETURNING o.*)"
 	" INSERT INTO @extschema@.idem_outbox_archive"
 	"  (id, topic, message_key, key_hash, payload, payload_bytes, headers,"
@@ -163,14 +165,15 @@ static IdemStatement ack_archive = {
 	"  attempts, last_error, available_at, claim_token, created_at,"
 	"  pg_catalog.clock_timestamp(), scope"
 	" FROM moved",
-	2, {UUIDOID, INT8ARRAYOID}
+	3, {UUIDOID, INT8ARRAYOID, OIDOID}
 };
 
 /* idem.outbox_archive = off: a published event is simply gone. */
 static IdemStatement ack_delete = {
 	"DELETE FROM @extschema@.idem_outbox_queue o"
-	" WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state <> 'dead'",
-	2, {UUIDOID, INT8ARRAYOID}
+	" WHERE o.id = ANY ($2) AND o.claim_token = $1 AND o.state <> 'dead'"
+	"   AND o.scope = ANY (ARRAY[$3, 0::pg_catalog.oid])",
+	3, {UUIDOID, INT8ARRAYOID, OIDOID}
 };
 
 /*
@@ -185,8 +188,9 @@ static IdemStatement nack_event = {
 	" available_at = CASE WHEN attempts >= $5 THEN available_at"
 	"   ELSE pg_catalog.clock_timestamp() + $4[least(attempts, pg_catalog.cardinality($4))] END"
 	" WHERE id = $2 AND claim_token = $1 AND state <> 'dead'"
+	"   AND scope = ANY (ARRAY[$6, 0::pg_catalog.oid])"
 	" RETURNING state, attempts, $4[least(attempts, pg_catalog.cardinality($4))]",
-	5, {UUIDOID, INT8OID, TEXTOID, INTERVALARRAYOID, INT4OID}
+	6, {UUIDOID, INT8OID, TEXTOID, INTERVALARRAYOID, INT4OID, OIDOID}
 };
 
 /* Prune the archive: published longer than $2 ago, at most $1 rows. */
@@ -243,7 +247,7 @@ claim_statement(int32 batch)
 	slot->stmt.argtypes[1] = UUIDOID;
 	slot->stmt.argtypes[2] = INTERVALOID;
 	slot->stmt.argtypes[3] = INT4OID;
-	slot->stmt.argtypes[4] = TEXTOID;
+	slot->stmt.argtypes[4] = OIDOID;
 	slot->stmt.argtypes[5] = TIMESTAMPTZOID;
 	slot->batch = batch;
 	return &slot->stmt;
@@ -301,11 +305,15 @@ execute_indexed(IdemStatement *stmt, Oid namespace, Datum *values, long count)
 	int			level = NewGUCNestLevel();
 	int			i;
 	int			processed;
+	IdemOwnerSwitch save;
 
 	for (i = 0; i < (int) lengthof(planner_off); i++)
 		(void) set_config_option(planner_off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
+	/* Prepared as idem_execute prepares (statements.c): as the owner. */
+	idem_as_owner(namespace, &save);
 	prepare_generic(stmt, namespace);
+	idem_as_caller(&save);
 	processed = idem_execute(stmt, namespace, values, NULL, false, count);
 	AtEOXact_GUC(true, level);
 	return processed;
@@ -339,8 +347,9 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	values[2] = IntervalPGetDatum(idem_lease_argument(fcinfo, 1, "lease", false,
 													  idem_lease_ms));
 	values[3] = Int32GetDatum(idem_outbox_max_attempts);
-	values[4] = PointerGetDatum(idem_current_scope());
+	values[4] = ObjectIdGetDatum(idem_current_scope(namespace));
 	values[5] = TimestampTzGetDatum(GetCurrentTimestamp());
+	idem_require_current_schema(namespace);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != CLAIM_NCOLUMNS)
@@ -422,7 +431,7 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 {
 	Oid			namespace = idem_function_namespace(fcinfo);
 	ArrayType  *ids;
-	Datum		values[2];
+	Datum		values[3];
 	int			acked;
 	int			requested;
 
@@ -441,6 +450,7 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PointerGetDatum(ids);
+	values[2] = ObjectIdGetDatum(idem_current_scope(namespace));
 	SPI_connect();
 	acked = execute_indexed(idem_outbox_archive ? &ack_archive : &ack_delete,
 							namespace, values, 0);
@@ -466,7 +476,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	MemoryContext outer = CurrentMemoryContext;
 	TupleDesc	tupdesc;
-	Datum		values[5];
+	Datum		values[6];
 	Datum		result[3];
 	bool		resnull[3] = {false, true, true};
 	HeapTuple	tuple;
@@ -483,6 +493,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	values[2] = PG_GETARG_DATUM(2);
 	values[3] = PointerGetDatum(idem_outbox_backoff_array());
 	values[4] = Int32GetDatum(idem_outbox_max_attempts);
+	values[5] = ObjectIdGetDatum(idem_current_scope(namespace));
 
 	SPI_connect();
 	if (execute_indexed(&nack_event, namespace, values, 1) == 0)

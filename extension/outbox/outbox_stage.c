@@ -14,7 +14,8 @@
  * stager's transaction commits, never before.
  *
  * Every event carries the stager's scope (scope.c): drainers claim only
- * their own scope's events (and those staged before 0.3.0, scope '').
+ * their own scope's events (and those staged before 0.3.0, the shared
+ * scope).
  *
  *-------------------------------------------------------------------------
  */
@@ -79,7 +80,7 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
 	[QUEUE_HEADERS] = {"headers", JSONBOID},
 	[QUEUE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
-	[QUEUE_SCOPE] = {"scope", TEXTOID},
+	[QUEUE_SCOPE] = {"scope", OIDOID, false, TEXTOID},	/* text before 0.5.0 */
 };
 
 static DirectTableDef queue_table = DIRECT_TABLE("idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS);
@@ -175,7 +176,7 @@ check_headers(Jsonb *headers)
  */
 static int64
 stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, text *key, bytea *hash,
-		  Jsonb *headers, Interval *delay, text *scope)
+		  Jsonb *headers, Interval *delay, Oid scope)
 {
 	TupleTableSlot *slot = direct_new_row(queue, NULL);
 	TimestampTz now = GetCurrentTimestamp();
@@ -189,7 +190,9 @@ stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, tex
 	direct_set(queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
 	direct_set(queue, QUEUE_AVAILABLE_AT,
 			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
-	direct_set(queue, QUEUE_SCOPE, PointerGetDatum(scope), false);
+	direct_set(queue, QUEUE_SCOPE,
+			   idem_scope_value(scope, direct_column_type(queue, QUEUE_SCOPE)),
+			   false);
 	/* Opened as an inserter, the table cannot have changed shape since. */
 	if (direct_insert(queue, false, &tid) != DIRECT_WRITTEN)
 		ereport(ERROR,
@@ -207,7 +210,7 @@ static int64
 insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 			 text *key, Jsonb *headers, Interval *delay)
 {
-	text	   *scope = idem_current_scope();
+	Oid			scope = idem_current_scope(namespace);
 	DirectTable *queue;
 	int64		id;
 
@@ -337,7 +340,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 				i;
 	text	   *topic;
 	Interval   *delay;
-	text	   *scope;
+	Oid			scope;
 	DirectTable *queue;
 	TupleDesc	tupdesc;
 	Tuplestorestate *store;
@@ -380,7 +383,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 			if (!header_nulls[i])
 				check_headers(DatumGetJsonbP(headers[i]));
 	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
-	scope = idem_current_scope();
+	scope = idem_current_scope(namespace);
 
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
 	tupdesc = CreateTemplateTupleDesc(1);

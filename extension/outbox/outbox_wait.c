@@ -49,21 +49,21 @@ PG_FUNCTION_INFO_V1(idem_outbox_view_write);
 	"     AND e.scope = " alias ".scope AND e.id < " alias ".id))"
 
 /*
- * The wake-up probe: is anything of scope $1 (or shared, '') claimable at
+ * The wake-up probe: is anything of scope $1 (or shared, 0) claimable at
  * $2 (now), and when is the next pending event of those scopes due?
  */
 static IdemStatement probe_work = {
 	"SELECT EXISTS (SELECT 1 FROM @extschema@.idem_outbox_queue o"
-	"                WHERE o.scope = ANY (ARRAY[$1, '']) AND " OUTBOX_CLAIMABLE("o", "$2") "),"
+	"                WHERE o.scope = ANY (ARRAY[$1, 0::pg_catalog.oid]) AND " OUTBOX_CLAIMABLE("o", "$2") "),"
 	" least((SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
 	"         WHERE scope = $1 AND state = 'pending' AND available_at > $2),"
 	"       (SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
-	"         WHERE scope = '' AND state = 'pending' AND available_at > $2))",
-	2, {TEXTOID, TIMESTAMPTZOID}
+	"         WHERE scope = 0::pg_catalog.oid AND state = 'pending' AND available_at > $2))",
+	2, {OIDOID, TIMESTAMPTZOID}
 };
 
 /*
- * The backlog of scope $1 (and the shared ''): unpublished events by
+ * The backlog of scope $1 (and the shared 0): unpublished events by
  * topic and state; no payload, no key.
  */
 static IdemStatement backlog = {
@@ -74,9 +74,9 @@ static IdemStatement backlog = {
 	"         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN 'ready'"
 	"         WHEN o.claim_token IS NOT NULL THEN 'leased'"
 	"         ELSE 'delayed' END AS state) s"
-	" WHERE o.scope = ANY (ARRAY[$1, '']) AND o.state IN ('pending', 'dead')"
+	" WHERE o.scope = ANY (ARRAY[$1, 0::pg_catalog.oid]) AND o.state IN ('pending', 'dead')"
 	" GROUP BY topic, s.state ORDER BY topic, s.state",
-	1, {TEXTOID}
+	1, {OIDOID}
 };
 
 /*
@@ -102,7 +102,7 @@ idem_outbox_wait(PG_FUNCTION_ARGS)
 				 errmsg("idem_outbox_wait must run in a READ COMMITTED transaction"),
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE the wait could never see new events."),
 				 errhint("Call it outside an explicit transaction block.")));
-	args[0] = PointerGetDatum(idem_current_scope());
+	args[0] = ObjectIdGetDatum(idem_current_scope(namespace));
 	deadline = GetCurrentTimestamp() + timeout->time;
 
 	/* Prepared before the first probe: a commit after it is not missed. */
@@ -146,7 +146,7 @@ idem_outbox_backlog(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			namespace = idem_function_namespace(fcinfo);
-	Datum		scope = PointerGetDatum(idem_current_scope());
+	Datum		scope = ObjectIdGetDatum(idem_current_scope(namespace));
 	uint64		i;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -177,7 +177,7 @@ static const char *const view_columns[VIEW_NCOLUMNS] = {
 static const Oid view_types[VIEW_NCOLUMNS] = {
 	INT8OID, TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, JSONBOID, TEXTOID,
 	INT4OID, TEXTOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, TEXTOID
+	TIMESTAMPTZOID, OIDOID
 };
 
 /* The view's columns the archive does not have (every archived row is published). */

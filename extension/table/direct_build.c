@@ -75,7 +75,10 @@ map_columns(DirectTable *dt, TupleDesc desc)
 			dt->attnum[c] = 0;
 			continue;
 		}
-		if (found == NULL || found->atttypid != dt->columns[c].type)
+		if (found == NULL ||
+			(found->atttypid != dt->columns[c].type &&
+			 (!OidIsValid(dt->columns[c].earlier_type) ||
+			  found->atttypid != dt->columns[c].earlier_type)))
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("pg_idem table %s has an unexpected shape", dt->relname),

@@ -56,6 +56,7 @@
 
 #include "core/compat.h"
 #include "table/direct_table.h"
+#include "core/scope.h"
 
 #include "table/direct_build.h"
 
@@ -248,6 +249,8 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 		def->kept = kept;
 	}
 	dt = kept;
+	/* Never in a security-restricted operation (core/scope.c). */
+	idem_refuse_restricted();
 	if (!kept->registered)
 		register_table(kept);
 	if (access != DIRECT_READ)
@@ -434,6 +437,15 @@ Oid
 direct_namespace(DirectTable *dt)
 {
 	return dt->namespace;
+}
+
+/* The type a declared column has in this table (InvalidOid: absent). */
+Oid
+direct_column_type(DirectTable *dt, int column)
+{
+	AttrNumber	attnum = direct_attnum(dt, column);
+
+	return attnum > 0 ? TupleDescAttr(dt->desc, attnum - 1)->atttypid : InvalidOid;
 }
 
 /*

@@ -29,6 +29,7 @@ typedef struct DirectColumn
 	const char *name;
 	Oid			type;
 	bool		optional;		/* absent from schemas before the version adding it */
+	Oid			earlier_type;	/* also accepted: its type before a version changed it */
 } DirectColumn;
 
 /*
@@ -78,5 +79,6 @@ extern AttrNumber direct_attnum(DirectTable *table, int column);	/* 0: absent */
 extern int	direct_natts(DirectTable *table);
 extern AttrNumber direct_key_attnum(DirectTable *table, int key_column);
 extern Oid	direct_namespace(DirectTable *table);
+extern Oid	direct_column_type(DirectTable *table, int column);	/* InvalidOid: absent */
 
 #endif							/* IDEM_TABLE_DIRECT_TABLE_H */

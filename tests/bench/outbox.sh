@@ -96,7 +96,7 @@ reset_variant() {   # VARIANT ROWS
     case $1 in
         pg_idem*) q -c "TRUNCATE idem_outbox_queue, idem_outbox_archive" \
                     -c "INSERT INTO idem_outbox_queue (topic, payload, available_at, scope)
-                        SELECT 'orders', '$payload', clock_timestamp(), current_user
+                        SELECT 'orders', '$payload', clock_timestamp(), current_user::text::regrole::oid
                           FROM generate_series(1, $2)" ;;
         floor) q -c "TRUNCATE floor.q" \
                  -c "INSERT INTO floor.q (vt, message) SELECT clock_timestamp(), '$payload'

@@ -94,6 +94,9 @@ SQL
     expect pg_idem_keys_inflight "" "SELECT count(*) FROM idem_inflight"
     expect pg_idem_keys_stuck "" "SELECT count(*) FROM idem_stuck"
     expect pg_idem_keys_cooling "" "SELECT count(*) FROM idem_cooling"
+    stuck_scope=$("${sql[@]}" -d $db -c "SELECT scope::text FROM idem_stuck LIMIT 1")
+    expect pg_idem_stuck_by_scope_keys "scope=\"$stuck_scope\"" \
+        "SELECT count(*) FROM idem_stuck WHERE scope::text = '$stuck_scope'"
     expect pg_idem_outbox_backlog "" "SELECT count(*) FROM idem_outbox WHERE state = 'pending'"
     expect pg_idem_outbox_dead "" "SELECT count(*) FROM idem_outbox_dead"
     expect pg_idem_inbox_dead "" "SELECT count(*) FROM idem_inbox_dead"

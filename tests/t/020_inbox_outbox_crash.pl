@@ -23,7 +23,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = IdemTest::new_node('inbox_outbox', 'idem.outbox_max_attempts = 3');
+# The inbox's locks live in shared memory: preloaded, without the cleanup worker.
+my $node = IdemTest::new_node('inbox_outbox', 'idem.outbox_max_attempts = 3',
+	"shared_preload_libraries = 'pg_idem'", 'idem.cleanup_worker = off');
 
 $node->safe_psql('postgres', q{
 	CREATE TABLE effects (message_id text NOT NULL);

@@ -88,6 +88,35 @@ SELECT idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'), '1 
 	my $generations_before = $node->safe_psql($db,
 		'SELECT max(generation) FROM idem_keys');
 
+	# Scopes by role name (0.3.0 and 0.4.0): a key of a role that still
+	# exists, one of a role dropped before the update (whose name a new
+	# role then takes), and a grant on the idem_outbox view, which the
+	# update re-creates.
+	my $named_scopes = $node->safe_psql($db,
+		"SELECT count(*) FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
+		    AND attname = 'scope' AND atttypid = 'text'::regtype");
+	my $role_prefix = $db;
+	if ($named_scopes)
+	{
+		$node->safe_psql(
+			$db, qq{
+CREATE ROLE ${role_prefix}_live;
+CREATE ROLE ${role_prefix}_gone;
+GRANT idem_client TO ${role_prefix}_live, ${role_prefix}_gone;
+GRANT SELECT (state, created_at) ON idem_outbox TO ${role_prefix}_live;
+SET ROLE ${role_prefix}_live;
+SELECT idem_finalize(idem_key('u', 'POST', '/up', 'role'), claim_id, 201, NULL, 'live''s')
+  FROM idem_claim(idem_key('u', 'POST', '/up', 'role'), sha256('body'));
+RESET ROLE;
+SET ROLE ${role_prefix}_gone;
+SELECT idem_finalize(idem_key('u', 'POST', '/up', 'role'), claim_id, 201, NULL, 'gone''s')
+  FROM idem_claim(idem_key('u', 'POST', '/up', 'role'), sha256('body'));
+RESET ROLE;
+REVOKE idem_client FROM ${role_prefix}_gone;
+DROP ROLE ${role_prefix}_gone;
+});
+	}
+
 	$node->safe_psql($db, 'ALTER EXTENSION pg_idem UPDATE');
 	is($node->safe_psql($db, "SELECT extversion FROM pg_extension WHERE extname = 'pg_idem'"),
 		$current, "$version: updated to $current");
@@ -113,6 +142,50 @@ SELECT idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'), '1 
 			   FROM idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'))"),
 		'recovered_abandoned true',
 		"$version: an abandoned claim is recovered with a higher generation");
+
+	if ($named_scopes)
+	{
+		is( $node->safe_psql(
+				$db, qq{
+SET ROLE ${role_prefix}_live;
+SELECT outcome || ' ' || convert_from(response_body, 'UTF8')
+  FROM idem_claim(idem_key('u', 'POST', '/up', 'role'), sha256('body'));
+}),
+			"replay live's",
+			"$version: a role's named scope became its OID: its key replays");
+		is( $node->safe_psql(
+				$db, qq{
+CREATE ROLE ${role_prefix}_gone;
+GRANT idem_client TO ${role_prefix}_gone;
+SET ROLE ${role_prefix}_gone;
+SELECT outcome FROM idem_lookup(idem_key('u', 'POST', '/up', 'role'), sha256('body'));
+}),
+			'absent',
+			"$version: a new role under a dropped role's name gets none of its keys");
+		is( $node->safe_psql(
+				$db,
+				"SELECT string_agg(scope::text, ',' ORDER BY scope) FROM idem_keys
+				  WHERE cache_key = idem_key('u', 'POST', '/up', 'role')
+				    AND scope NOT IN ('${role_prefix}_live'::regrole)"),
+			'1',
+			"$version: the dropped role's key is in the no-role scope (OID 1)");
+		is( $node->safe_psql(
+				$db,
+				"SELECT count(*) FROM idem_keys WHERE scope = 0"),
+			'0', "$version: no named row became shared");
+		is( $node->safe_psql(
+				$db,
+				"SELECT has_column_privilege('${role_prefix}_live', 'idem_outbox', 'state', 'SELECT')
+				        AND NOT has_column_privilege('${role_prefix}_live', 'idem_outbox', 'payload', 'SELECT')"),
+			't', "$version: the column grant on idem_outbox survived its re-creation");
+	}
+	else
+	{
+		is( $node->safe_psql(
+				$db,
+				"SELECT count(*) FILTER (WHERE scope <> 0) || '/' || count(*) FROM idem_keys"),
+			'0/4', "$version: rows from before scopes are in the shared scope (0)");
+	}
 
 	# What the new version added works on the upgraded database.
 	is( $node->safe_psql(

@@ -19,7 +19,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = IdemTest::new_node('review_exit_role');
+# The inbox's locks live in shared memory: preloaded, without the cleanup worker.
+my $node = IdemTest::new_node('review_exit_role', "shared_preload_libraries = 'pg_idem'",
+	'idem.cleanup_worker = off');
 
 $node->safe_psql('postgres', q{
 	CREATE ROLE review_consumer LOGIN;
