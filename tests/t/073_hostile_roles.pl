@@ -190,6 +190,20 @@ for my $victim ('app', $su)
 	});
 }
 
+# --- idem.scope naming app: the intruder is no member of app, so it may
+# not use app's scope, neither in its session nor in a definer's function
+# that app calls.
+judged('scope-setting', ['intruder'], sub {
+	my ($rc, $out, $err) = try_as('intruder', "$LOCK_TIMEOUT SET idem.scope = 'app'; SELECT intruder.attack('scope-setting')");
+	diag($err) if $rc;
+	return $rc == 0;
+});
+judged('definer-scope-app', ['intruder'], sub {
+	my ($rc, $out, $err) = try_as('app', "$LOCK_TIMEOUT SELECT intruder.attack_as_definer_in_app_scope('definer-scope-app')");
+	diag($err) if $rc;
+	return $rc == 0;
+});
+
 # --- An FK cascade: app deletes its own row, the cascade runs the
 # intruder's trigger on its child table as the intruder.
 as('app', q{
@@ -357,6 +371,20 @@ judged('triggers', ['intruder'], sub {
 }
 
 HostileRoles::advisory_attacks($node, $LOCK_TIMEOUT);
+
+# --- A new role under app's old name (app was renamed): none of the old
+# app's rows are its own.
+$node->safe_psql('postgres', q{
+	ALTER ROLE app RENAME TO app_renamed;
+	CREATE ROLE app LOGIN;
+	GRANT idem_client TO app;
+	GRANT USAGE ON SCHEMA intruder TO app;
+});
+judged('same-name', ['app'], sub {
+	my ($rc, $out, $err) = try_as('app', "$LOCK_TIMEOUT SELECT intruder.attack('same-name')");
+	diag($err) if $rc;
+	return $rc == 0;
+});
 
 $node->stop;
 done_testing();

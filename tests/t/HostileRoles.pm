@@ -230,6 +230,13 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 	SELECT intruder.attack(ctx)
 $$;
 
+-- The same with idem.scope naming a victim: a definer may set it for the
+-- call; it must be the definer's privileges that count, not the caller's.
+CREATE FUNCTION intruder.attack_as_definer_in_app_scope(ctx text) RETURNS integer
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET idem.scope = 'app' AS $$
+	SELECT intruder.attack(ctx)
+$$;
+
 -- An index expression (and a materialized view): attacks when armed.
 CREATE FUNCTION intruder.plant_expr(x integer) RETURNS integer
 LANGUAGE plpgsql IMMUTABLE AS $$
