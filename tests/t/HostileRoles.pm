@@ -263,7 +263,7 @@ CREATE MATERIALIZED VIEW intruder.mv AS SELECT intruder.plant_expr(1) AS x WITH 
 CREATE FUNCTION intruder.cascade_trigger() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-	PERFORM intruder.attack('fk-cascade');
+	PERFORM intruder.attack(CASE TG_WHEN WHEN 'BEFORE' THEN 'fk-cascade' ELSE 'fk-cascade-after' END);
 	RETURN OLD;
 END $$;
 };
@@ -354,6 +354,14 @@ DECLARE
 	a1 uuid; a2 uuid; a3 uuid;
 	intent jsonb := '{"n": 1}';
 BEGIN
+	-- first: dead messages and failed attempts stage events too
+	e1 := idem.idem_outbox_stage('orders', '{"n": 1}'::jsonb);
+	SELECT claim_token, id INTO t1, e1 FROM idem.idem_outbox_claim(1, '1 hour'::interval);
+	e3 := idem.idem_outbox_stage('orders', '{"n": 3}'::jsonb);
+	SELECT claim_token, id INTO t3, e3 FROM idem.idem_outbox_claim(1, '1 hour'::interval);
+	PERFORM idem.idem_outbox_ack(t3, ARRAY[e3]);
+	e2 := idem.idem_outbox_stage('orders', '{"n": 2}'::jsonb);
+
 	SELECT claim_id INTO c1 FROM idem.idem_claim(k1, h, '1 hour'::interval);
 	PERFORM idem.idem_finalize(k1, c1, 200, '{"x": "y"}'::jsonb, ('secret of ' || v)::bytea);
 	SELECT claim_id INTO c2 FROM idem.idem_claim(k2, h, '1 hour'::interval);
@@ -377,12 +385,6 @@ BEGIN
 	END;
 	PERFORM idem.idem_inbox_fail(c, 'msg-failed', 'handler failed');
 
-	e1 := idem.idem_outbox_stage('orders', '{"n": 1}'::jsonb);
-	SELECT claim_token INTO t1 FROM idem.idem_outbox_claim(1, '1 hour'::interval);
-	e3 := idem.idem_outbox_stage('orders', '{"n": 3}'::jsonb);
-	SELECT claim_token INTO t3 FROM idem.idem_outbox_claim(1, '1 hour'::interval);
-	PERFORM idem.idem_outbox_ack(t3, ARRAY[e3]);
-	e2 := idem.idem_outbox_stage('orders', '{"n": 2}'::jsonb);
 
 	SELECT attempt_id INTO a1 FROM idem.idem_attempt_open('upload', 'tgt-' || v || '-1', 'r1-' || v, v, intent, 'a.pdf', NULL);
 	SELECT attempt_id INTO a2 FROM idem.idem_attempt_open('upload', 'tgt-' || v || '-2', 'r2-' || v, v, intent, 'b.pdf', NULL);
