@@ -155,6 +155,15 @@ sub verdict
 		  FROM intruder.log WHERE ctx = '$ctx' AND (victim_raw ~ '^error (55P03|57014)' OR ghost_raw ~ '^error (55P03|57014)')
 		 ORDER BY fn, victim, set})),
 		'', "$ctx: no call waited for another role's lock");
+	# Another role's data, as text or as bytea's hex.
+	my @secrets = map { ("secret-of-$_", unpack('H*', "secret-of-$_")) }
+	  grep { !defined $trusted || $_ ne $trusted } ('app', $su);
+	my $pattern = join('|', @secrets);
+	is(limit($node->safe_psql('postgres', qq{
+		SELECT fn || ' on ' || victim || '/' || set || ': ' || victim_raw
+		  FROM intruder.log WHERE ctx = '$ctx' AND (victim_raw ~ '$pattern' OR ghost_raw ~ '$pattern')
+		 ORDER BY fn, victim, set})),
+		'', "$ctx: no answer carries another role's response bodies or payloads");
 }
 
 # At most 40 lines of a list of findings.
@@ -185,6 +194,22 @@ is(limit($node->safe_psql('postgres', q{
 	SELECT fn || ': ' || victim_raw FROM intruder.log
 	 WHERE ctx = 'outsider' AND victim_raw NOT LIKE 'error 42501 %' ORDER BY 1})),
 	'', 'outsider: every call is refused with 42501');
+
+# --- The extension's relations (pg_depend again): neither a client role
+# nor a role without grants may read or write any of them.
+for my $role ('intruder', 'outsider')
+{
+	my $open = $node->safe_psql('postgres', qq{
+		SELECT string_agg(c.oid::regclass || ': ' || p, ', ' ORDER BY 1)
+		  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid,
+		       unnest(CASE WHEN c.relkind = 'S' THEN '{SELECT,UPDATE,USAGE}'::text[]
+		                   ELSE '{SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER}'::text[] END) AS p
+		 WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e'
+		   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+		   AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege('$role', c.oid, p)
+		            ELSE has_table_privilege('$role', c.oid, p) END});
+	is($open, '', "$role has no privilege on any table, view or sequence of the extension");
+}
 
 # --- The intruder's SECURITY DEFINER function, called by each victim.
 for my $victim ('app', $su)
@@ -321,7 +346,7 @@ judged('triggers', ['intruder'], sub {
 	my $inbox = $s->query_safe(q{SELECT idem.idem_inbox_begin('orders-app', 'm-held', sha256('body-1'::bytea), 1)});
 	my $attempt = $s->query_safe(q{SELECT attempt_id FROM idem.idem_attempt_open('upload', 'tgt-app-held',
 		'r-held', 'app', '{"n": 1}', 'h.pdf', NULL)});
-	my $event = $s->query_safe(q{SELECT idem.idem_outbox_stage('orders', '{"n": 5}'::jsonb)});
+	my $event = $s->query_safe(q{SELECT idem.idem_outbox_stage('orders', '{"n": 5, "secret": "secret-of-app"}'::jsonb)});
 	my ($token, $ids) = split /\|/, $s->query_safe(q{
 		SELECT claim_token, array_agg(id) FROM idem.idem_outbox_claim(10, '1 hour') GROUP BY 1});
 	is("$inbox " . ($claim ne '' && $attempt ne '' && $token ne '' ? 'held' : 'missing'), 'process held',
@@ -367,7 +392,7 @@ judged('triggers', ['intruder'], sub {
 		SELECT idem.idem_inbox_begin('orders-app', 'm-new', sha256('body-1'::bytea), 3);
 		SELECT idem.idem_inbox_done('orders-app', 'm-new');
 		COMMIT;
-		SELECT idem.idem_outbox_stage('orders', '{"n": 6}'::jsonb) > 0;
+		SELECT idem.idem_outbox_stage('orders', '{"n": 6, "secret": "secret-of-app"}'::jsonb) > 0;
 		SELECT count(*) >= 0 FROM idem.idem_outbox_claim(10, '1 hour');
 		SELECT count(*) >= 0 FROM idem.idem_outbox_backlog();
 		SELECT decision FROM idem.idem_attempt_open('upload', 'tgt-app-1', 'r1-app', 'app', '{"n": 1}', 'a.pdf', NULL);

@@ -354,16 +354,18 @@ DECLARE
 	a1 uuid; a2 uuid; a3 uuid;
 	intent jsonb := '{"n": 1}';
 BEGIN
+	-- Every response body and payload carries "secret-of-<victim>": no
+	-- answer to another role may.
 	-- first: dead messages and failed attempts stage events too
-	e1 := idem.idem_outbox_stage('orders', '{"n": 1}'::jsonb);
+	e1 := idem.idem_outbox_stage('orders', jsonb_build_object('n', 1, 'secret', 'secret-of-' || v));
 	SELECT claim_token, id INTO t1, e1 FROM idem.idem_outbox_claim(1, '1 hour'::interval);
-	e3 := idem.idem_outbox_stage('orders', '{"n": 3}'::jsonb);
+	e3 := idem.idem_outbox_stage('orders', jsonb_build_object('n', 3, 'secret', 'secret-of-' || v));
 	SELECT claim_token, id INTO t3, e3 FROM idem.idem_outbox_claim(1, '1 hour'::interval);
 	PERFORM idem.idem_outbox_ack(t3, ARRAY[e3]);
-	e2 := idem.idem_outbox_stage('orders', '{"n": 2}'::jsonb);
+	e2 := idem.idem_outbox_stage('orders', jsonb_build_object('n', 2, 'secret', 'secret-of-' || v));
 
 	SELECT claim_id INTO c1 FROM idem.idem_claim(k1, h, '1 hour'::interval);
-	PERFORM idem.idem_finalize(k1, c1, 200, '{"x": "y"}'::jsonb, ('secret of ' || v)::bytea);
+	PERFORM idem.idem_finalize(k1, c1, 200, '{"x": "y"}'::jsonb, convert_to('secret-of-' || v, 'UTF8'));
 	SELECT claim_id INTO c2 FROM idem.idem_claim(k2, h, '1 hour'::interval);
 	SELECT claim_id INTO c3 FROM idem.idem_claim(k3, h, '1 hour'::interval);
 	PERFORM idem.idem_fail(k3, c3, '1 hour'::interval);
