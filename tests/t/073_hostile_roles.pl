@@ -131,7 +131,7 @@ sub verdict
 {
 	my ($ctx, $before, $after, $allowed, $trusted) = @_;
 	my $others = defined $trusted ? "AND victim <> '$trusted'" : '';
-	my $calls = $ctx eq 'triggers' ? 't' : $node->safe_psql('postgres', qq{
+	my $calls = $node->safe_psql('postgres', qq{
 		SELECT count(DISTINCT (fn, victim, set)) = (SELECT count(*) FROM intruder.functions)
 		       * (SELECT count(DISTINCT (victim, set)) FROM intruder.targets t
 		           WHERE '$ctx' <> 'held-by-app' OR t.set = 'held')
@@ -310,7 +310,9 @@ judged('autovacuum', ['intruder'], sub {
 
 # --- The extension's trigger functions, on a table of the intruder's:
 # refused, or (idem_version_guard) acting on that table only.
-judged('triggers', ['intruder'], sub {
+{
+	my $before = 'p' . ++$phase;
+	$node->safe_psql('postgres', "SELECT judge.take('$before')");
 	my $ran = 1;
 	for my $fn (split /\n/, as('intruder', 'SELECT sig FROM intruder.trigger_functions ORDER BY 1'))
 	{
@@ -332,8 +334,12 @@ judged('triggers', ['intruder'], sub {
 		}
 		as('intruder', 'DROP TABLE IF EXISTS intruder.trg_probe');
 	}
-	return $ran;
-});
+	ok($ran, 'triggers: each trigger function is refused unless granted to idem_client');
+	my $after = 'p' . ++$phase;
+	$node->safe_psql('postgres', "SELECT judge.take('$after')");
+	is(limit($node->safe_psql('postgres', "SELECT * FROM judge.diff('$before', '$after', ARRAY['intruder']::name[])")),
+		'', 'triggers: a granted trigger function on the intruder\'s table changes no row of the extension');
+}
 
 # --- Blocking 1: app's open transaction holds an in-transaction claim,
 # an inbox attempt, an attempt and claimed events; the intruder attacks
