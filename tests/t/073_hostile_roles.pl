@@ -18,7 +18,8 @@
 #     owner; AFTER: as app, whose privileges PostgreSQL gives it);
 #   - an index expression and a materialized view of the intruder's that
 #     the superuser's maintenance evaluates (REINDEX [CONCURRENTLY], ANALYZE,
-#     CLUSTER, VACUUM FULL, CREATE INDEX, REFRESH MATERIALIZED VIEW) and
+#     CLUSTER, VACUUM FULL, CREATE INDEX, REFRESH MATERIALIZED VIEW
+#     [CONCURRENTLY]) and
 #     autovacuum's ANALYZE;
 #   - a new role created under the name of a renamed one.
 # Every table of the extension is compared before and after each attack:
@@ -86,6 +87,8 @@ $node->safe_psql('postgres', qq{
 	GRANT idem_client TO app, intruder;
 	CREATE SCHEMA app AUTHORIZATION app;
 	CREATE SCHEMA intruder AUTHORIZATION intruder;
+	CREATE ROLE ops LOGIN;
+	GRANT idem_admin TO ops;
 	-- ids and generations of 6 digits, which the answers' comparison ignores
 	SELECT setval(c.oid::regclass, 100000)
 	  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
@@ -211,6 +214,22 @@ for my $role ('intruder', 'outsider')
 	is($open, '', "$role has no privilege on any table, view or sequence of the extension");
 }
 
+# --- While every client role sees only its own rows, an idem_admin role
+# reads every scope's: each table of the extension, counted as ops and as
+# the superuser.
+{
+	my $counts = q{
+		SELECT string_agg(format('%s %s', t, (xpath('/row/n/text()',
+		           query_to_xml(format('SELECT count(*) AS n FROM %s', t), false, false, '')))[1]), ', ' ORDER BY t)
+		  FROM (SELECT c.oid::regclass::text AS t
+		          FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
+		         WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e' AND c.relkind = 'r'
+		           AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')) s};
+	my ($rc, $out, $err) = try_as('ops', $counts);
+	is($rc ? $err : $out, $node->safe_psql('postgres', $counts),
+		'an idem_admin role reads every row of every table of the extension');
+}
+
 # --- The intruder's SECURITY DEFINER function, called by each victim.
 for my $victim ('app', $su)
 {
@@ -271,7 +290,8 @@ my @maintenance = (
 	[ 'cluster', 'CLUSTER intruder.plant USING plant_pkey' ],
 	[ 'vacuum-full', 'VACUUM FULL intruder.plant' ],
 	[ 'create-index', 'CREATE INDEX plant_expr_2 ON intruder.plant ((intruder.plant_expr(x) + 1))' ],
-	[ 'refresh-mv', 'REFRESH MATERIALIZED VIEW intruder.mv' ]);
+	[ 'refresh-mv', 'REFRESH MATERIALIZED VIEW intruder.mv' ],
+	[ 'refresh-mv-concurrently', 'REFRESH MATERIALIZED VIEW CONCURRENTLY intruder.mv' ]);
 for my $m (@maintenance)
 {
 	my ($ctx, $command) = @$m;

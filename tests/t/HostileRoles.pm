@@ -257,6 +257,7 @@ CREATE TABLE intruder.plant_av (x integer PRIMARY KEY) WITH (autovacuum_enabled 
 CREATE INDEX plant_av_expr ON intruder.plant_av ((intruder.plant_expr(x)));
 INSERT INTO intruder.plant_av VALUES (1);
 CREATE MATERIALIZED VIEW intruder.mv AS SELECT intruder.plant_expr(1) AS x WITH NO DATA;
+CREATE UNIQUE INDEX mv_x ON intruder.mv (x);
 
 -- A row-level trigger on the child of another role's table: an FK
 -- cascade runs it as the child's owner, in the deleting role's session.
