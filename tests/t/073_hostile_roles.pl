@@ -19,13 +19,15 @@
 #   - an index expression and a materialized view of the intruder's that
 #     the superuser's maintenance evaluates (REINDEX [CONCURRENTLY], ANALYZE,
 #     CLUSTER, VACUUM FULL, CREATE INDEX, REFRESH MATERIALIZED VIEW
-#     [CONCURRENTLY]) and
-#     autovacuum's ANALYZE;
+#     [CONCURRENTLY]) and autovacuum's ANALYZE;
 #   - a new role created under the name of a renamed one.
 # Every table of the extension is compared before and after each attack:
 # no row outside the attacker's own scope may change, appear or go.  Every
 # call is made with the victim's identifiers and with identifiers nobody
-# has: the answers must be the same.  Then the blocking: one role's open
+# has: the answers must be the same, and none may carry another role's
+# response bodies or payloads.  No client role or role without grants
+# has any privilege on the extension's relations; an idem_admin role
+# reads every scope's rows.  Then the blocking: one role's open
 # transaction (an inbox attempt, a claim, an attempt, a claimed event) may
 # not make another role's calls wait, and neither may a role with no
 # grant taking the advisory lock a message's id maps to; and no role may
