@@ -220,13 +220,13 @@ for my $role ('intruder', 'outsider')
 # reads every scope's: each table of the extension, counted as ops and as
 # the superuser.
 {
-	my $counts = q{
-		SELECT string_agg(format('%s %s', t, (xpath('/row/n/text()',
-		           query_to_xml(format('SELECT count(*) AS n FROM %s', t), false, false, '')))[1]), ', ' ORDER BY t)
-		  FROM (SELECT c.oid::regclass::text AS t
-		          FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
-		         WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e' AND c.relkind = 'r'
-		           AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')) s};
+	my $counts = 'SELECT ' . join(" || ', ' || ", map { "'$_ ' || (SELECT count(*) FROM $_)" }
+		  split /\n/, $node->safe_psql('postgres', q{
+			SELECT c.oid::regclass::text
+			  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
+			 WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e' AND c.relkind = 'r'
+			   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+			 ORDER BY 1}));
 	my ($rc, $out, $err) = try_as('ops', $counts);
 	is($rc ? $err : $out, $node->safe_psql('postgres', $counts),
 		'an idem_admin role reads every row of every table of the extension');
