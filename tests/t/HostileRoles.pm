@@ -159,8 +159,9 @@ BEGIN
 END $$;
 
 -- An answer without what differs between the victim's and the ghost's
--- identifiers: their values (by parameter name), then uuids, times, bytea
--- and ids of 6 digits or more (the outbox's, which start at 100000).
+-- identifiers: their values (by parameter name), then uuids, times,
+-- intervals, bytea and ids of 6 digits or more (the outbox's and the
+-- generations, which start at 100000).
 CREATE FUNCTION intruder.norm(answer text, v text, s text, sd text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -177,6 +178,8 @@ BEGIN
 	END LOOP;
 	a := pg_catalog.regexp_replace(a, '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}', '<uuid>', 'g');
 	a := pg_catalog.regexp_replace(a, '\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d(:\d\d)?)?', '<time>', 'g');
+	-- a remaining lease or cooldown depends on when the call ran
+	a := pg_catalog.regexp_replace(a, '\m\d+:\d\d:\d\d(\.\d+)?', '<interval>', 'g');
 	a := pg_catalog.regexp_replace(a, '\\\\?x[0-9a-f]+', '<bytea>', 'g');
 	a := pg_catalog.regexp_replace(a, '\m\d{6,}\M', '<id>', 'g');
 	RETURN a;
@@ -273,7 +276,7 @@ END $$;
 our $defaults = q{
 INSERT INTO intruder.defaults (pname, ptype, val) VALUES
 	('principal', 'text', 'user:1'), ('method', 'text', 'POST'), ('key', 'text', 'k1'),
-	('body', 'bytea', 'hostile body'), ('lease', 'interval', '30 seconds'), ('max_wait', 'interval', NULL),
+	('body', 'bytea', 'hostile body'), ('lease', 'interval', '50 minutes'), ('max_wait', 'interval', NULL),
 	('status', 'integer', '200'), ('headers', 'jsonb', '{}'), ('strict', 'boolean', 'false'),
 	('cooldown', 'interval', '1 hour'), ('batch', 'integer', '10'), ('topic', 'text', 'hostile'),
 	('payload', 'jsonb', '{"x": 1}'), ('payload', 'bytea', 'x'), ('payloads', 'jsonb[]', '{"{}"}'),
