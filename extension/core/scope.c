@@ -72,7 +72,7 @@ idem_refuse_restricted(void)
 
 /*
  * The type of the schema's scope columns: InvalidOid before 0.3.0, text
- * (role names) from 0.3.0, oid (roles) from 0.5.0.
+ * (role names) from 0.3.0, regrole (roles) from 0.5.0.
  */
 Oid
 idem_schema_scope_type(Oid namespace)
@@ -138,7 +138,7 @@ idem_scope_value(Oid scope, Oid column_type)
 {
 	char	   *name;
 
-	if (column_type == OIDOID)
+	if (column_type == IDEM_SCOPE_TYPE)
 		return ObjectIdGetDatum(scope);
 	if (scope == IDEM_SHARED_SCOPE)
 		return PointerGetDatum(cstring_to_text(""));
@@ -155,7 +155,7 @@ idem_scope_of_value(Datum value, Oid column_type)
 	char	   *name;
 	Oid			role;
 
-	if (column_type == OIDOID)
+	if (column_type == IDEM_SCOPE_TYPE)
 		return DatumGetObjectId(value);
 	name = text_to_cstring(DatumGetTextPP(value));
 	if (name[0] == '\0')

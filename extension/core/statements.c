@@ -87,7 +87,7 @@ qualified_sql(const char *sql, Oid namespace)
 void
 idem_require_current_schema(Oid namespace)
 {
-	if (idem_schema_scope_type(namespace) != OIDOID)
+	if (idem_schema_scope_type(namespace) != IDEM_SCOPE_TYPE)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem's tables need ALTER EXTENSION pg_idem UPDATE"),

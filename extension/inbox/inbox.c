@@ -221,7 +221,7 @@ same_payload(HeapTuple row, TupleDesc desc, int column, bytea *payload_hash)
 static void
 require_scoped_schema(Oid namespace)
 {
-	if (idem_schema_scope_type(namespace) != OIDOID)
+	if (idem_schema_scope_type(namespace) != IDEM_SCOPE_TYPE)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem's inbox needs ALTER EXTENSION pg_idem UPDATE"),

@@ -18,7 +18,7 @@ CREATE TABLE idem_keys (
     response_body    bytea,
     replayable       boolean     NOT NULL DEFAULT true,
     in_transaction   boolean     NOT NULL DEFAULT false,
-    scope            oid         NOT NULL DEFAULT 0,
+    scope            regrole     NOT NULL DEFAULT 0,
     CONSTRAINT idem_keys_pkey PRIMARY KEY (cache_key, scope),
     CONSTRAINT idem_keys_state CHECK (state IN ('pending', 'completed', 'failed', 'expired')),
     CONSTRAINT idem_keys_cache_key_length CHECK (octet_length(cache_key) = 32),
@@ -42,7 +42,7 @@ COMMENT ON TABLE idem_keys IS
 COMMENT ON COLUMN idem_keys.generation IS
     'fencing number: strictly increases with every successful claim or steal of the key';
 COMMENT ON COLUMN idem_keys.scope IS
-    'the OID of the role whose key this is (role isolation; show it with scope::regrole); 0 for keys written before 0.3.0, shared by every role';
+    'the role whose key this is, by OID (role isolation: a renamed role keeps it; shown, dumped and replicated by name); 0 for keys written before 0.3.0, shared by every role';
 COMMENT ON COLUMN idem_keys.state IS
     'pending (claimed), completed (response kept), failed (cooldown), expired (past idem.ttl: response dropped, fingerprint kept)';
 COMMENT ON COLUMN idem_keys.in_transaction IS

@@ -31,7 +31,7 @@ CREATE TABLE idem_outbox_queue (
     created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
     published_at  timestamptz,
     dead_at       timestamptz,
-    scope         oid         NOT NULL DEFAULT 0,
+    scope         regrole     NOT NULL DEFAULT 0,
     CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
 );
 -- No CHECK constraints: PostgreSQL rebuilds them from their stored text
@@ -76,7 +76,7 @@ CREATE TABLE idem_outbox_archive (
     claim_token   uuid,
     created_at    timestamptz NOT NULL,
     published_at  timestamptz NOT NULL,
-    scope         oid         NOT NULL,
+    scope         regrole     NOT NULL,
     CONSTRAINT idem_outbox_archive_pkey PRIMARY KEY (id)
 );
 COMMENT ON TABLE idem_outbox_archive IS

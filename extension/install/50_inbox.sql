@@ -15,7 +15,7 @@ CREATE TABLE idem_inbox (
     retry_at           timestamptz,
     processed_at       timestamptz,
     dead_at            timestamptz,
-    scope              oid         NOT NULL DEFAULT 0,
+    scope              regrole     NOT NULL DEFAULT 0,
     CONSTRAINT idem_inbox_pkey PRIMARY KEY (inbox_key, scope),
     CONSTRAINT idem_inbox_state
         CHECK (state IN ('processing', 'failed', 'done', 'dead')),
@@ -38,7 +38,7 @@ COMMENT ON COLUMN idem_inbox.state IS
 COMMENT ON COLUMN idem_inbox.error_count IS
     'failed attempts: recorded by idem_inbox_fail, or by the consumer''s backend when its session ended mid-attempt';
 COMMENT ON COLUMN idem_inbox.scope IS
-    'the OID of the role whose message this is (role isolation); 0 for messages delivered before 0.3.0, shared by every role';
+    'the role whose message this is, by OID (role isolation: a renamed role keeps it; shown, dumped and replicated by name); 0 for messages delivered before 0.3.0, shared by every role';
 COMMENT ON COLUMN idem_inbox.payload_hash IS
     'SHA-256 of the payload; NULL on legacy rows, which dedup any payload';
 

@@ -48,7 +48,7 @@ CREATE TABLE idem_attempts (
     created_at        timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     updated_at        timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     checked_at        timestamptz,
-    scope             oid         NOT NULL DEFAULT 0,
+    scope             regrole     NOT NULL DEFAULT 0,
     CONSTRAINT idem_attempts_pkey PRIMARY KEY (attempt_id),
     CONSTRAINT idem_attempts_request_unique UNIQUE (kind, target, client_request_id, scope),
     CONSTRAINT idem_attempts_kind_fkey FOREIGN KEY (kind)
@@ -91,7 +91,7 @@ COMMENT ON COLUMN idem_attempts.swept_through IS
 COMMENT ON COLUMN idem_attempts.checked_at IS
     'last time a reconciler batch looked at the attempt (spaces out re-checks)';
 COMMENT ON COLUMN idem_attempts.scope IS
-    'the OID of the role whose attempt this is (role isolation); 0 for attempts opened before 0.5.0, shared by every role';
+    'the role whose attempt this is, by OID (role isolation: a renamed role keeps it; shown, dumped and replicated by name); 0 for attempts opened before 0.5.0, shared by every role';
 COMMENT ON COLUMN idem_attempts.created_by IS
     'the caller''s principal, as it says: separates principals inside one role''s scope (forbidden), no boundary between roles';
 
@@ -118,7 +118,7 @@ CREATE TABLE idem_attempt_targets (
     current_attempt_id uuid        NOT NULL,
     current_created_at timestamptz NOT NULL,
     flipped_at         timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
-    scope              oid         NOT NULL DEFAULT 0,
+    scope              regrole     NOT NULL DEFAULT 0,
     CONSTRAINT idem_attempt_targets_pkey PRIMARY KEY (kind, target, scope),
     CONSTRAINT idem_attempt_targets_kind_fkey FOREIGN KEY (kind)
         REFERENCES idem_attempt_kinds (kind)

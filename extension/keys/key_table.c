@@ -50,7 +50,7 @@ typedef enum KeyColumn
 
 static const DirectColumn key_columns[NCOLUMNS] = {
 	[COL_CACHE_KEY] = {"cache_key", BYTEAOID},
-	[COL_SCOPE] = {"scope", OIDOID, true, TEXTOID},	/* since 0.3.0; text before 0.5.0 */
+	[COL_SCOPE] = {"scope", IDEM_SCOPE_TYPE, true, TEXTOID},	/* since 0.3.0; text before 0.5.0 */
 	[COL_STATE] = {"state", TEXTOID},
 	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID},
 	[COL_CLAIM_ID] = {"claim_id", UUIDOID},

@@ -80,7 +80,7 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
 	[QUEUE_HEADERS] = {"headers", JSONBOID},
 	[QUEUE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
-	[QUEUE_SCOPE] = {"scope", OIDOID, false, TEXTOID},	/* text before 0.5.0 */
+	[QUEUE_SCOPE] = {"scope", IDEM_SCOPE_TYPE, false, TEXTOID},	/* text before 0.5.0 */
 };
 
 static DirectTableDef queue_table = DIRECT_TABLE("idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS);

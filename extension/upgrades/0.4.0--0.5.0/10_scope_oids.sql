@@ -59,16 +59,16 @@ BEGIN
     DROP VIEW @extschema@.idem_outbox;
 
     ALTER TABLE @extschema@.idem_keys ALTER COLUMN scope DROP DEFAULT,
-        ALTER COLUMN scope TYPE pg_catalog.oid USING @extschema@.idem_upgrade_scope_oid(scope),
+        ALTER COLUMN scope TYPE pg_catalog.regrole USING @extschema@.idem_upgrade_scope_oid(scope)::pg_catalog.regrole,
         ALTER COLUMN scope SET DEFAULT 0;
     ALTER TABLE @extschema@.idem_inbox ALTER COLUMN scope DROP DEFAULT,
-        ALTER COLUMN scope TYPE pg_catalog.oid USING @extschema@.idem_upgrade_scope_oid(scope),
+        ALTER COLUMN scope TYPE pg_catalog.regrole USING @extschema@.idem_upgrade_scope_oid(scope)::pg_catalog.regrole,
         ALTER COLUMN scope SET DEFAULT 0;
     ALTER TABLE @extschema@.idem_outbox_queue ALTER COLUMN scope DROP DEFAULT,
-        ALTER COLUMN scope TYPE pg_catalog.oid USING @extschema@.idem_upgrade_scope_oid(scope),
+        ALTER COLUMN scope TYPE pg_catalog.regrole USING @extschema@.idem_upgrade_scope_oid(scope)::pg_catalog.regrole,
         ALTER COLUMN scope SET DEFAULT 0;
     ALTER TABLE @extschema@.idem_outbox_archive
-        ALTER COLUMN scope TYPE pg_catalog.oid USING @extschema@.idem_upgrade_scope_oid(scope);
+        ALTER COLUMN scope TYPE pg_catalog.regrole USING @extschema@.idem_upgrade_scope_oid(scope)::pg_catalog.regrole;
 
     CREATE VIEW @extschema@.idem_outbox AS
     SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
@@ -102,11 +102,11 @@ $scope_oids$;
 DROP FUNCTION @extschema@.idem_upgrade_scope_oid(pg_catalog.text);
 
 COMMENT ON COLUMN @extschema@.idem_keys.scope IS
-    'the OID of the role whose key this is (role isolation; show it with scope::regrole); 0 for keys written before 0.3.0, shared by every role';
+    'the role whose key this is, by OID (role isolation: a renamed role keeps it; shown, dumped and replicated by name); 0 for keys written before 0.3.0, shared by every role';
 COMMENT ON COLUMN @extschema@.idem_outbox_queue.scope IS
     'the OID of the stager''s scope (role); 0 for events staged before 0.3.0, which every scope''s drainers may claim';
 COMMENT ON COLUMN @extschema@.idem_inbox.scope IS
-    'the OID of the role whose message this is (role isolation); 0 for messages delivered before 0.3.0, shared by every role';
+    'the role whose message this is, by OID (role isolation: a renamed role keeps it; shown, dumped and replicated by name); 0 for messages delivered before 0.3.0, shared by every role';
 
 CREATE OR REPLACE VIEW @extschema@.idem_inflight AS
 SELECT cache_key, generation, in_transaction, created_at, lease_expires_at,
