@@ -69,8 +69,20 @@ major_apt_update() {
 # deb) for major $1, building it when it is not cached; $2 = 1 for an
 # assert-enabled build.
 ensure_major() {
-    local major=$1 cassert=${2:-0} version flavour dir
+    local major=$1 cassert=${2:-0} version flavour dir rc
     mkdir -p "$PG_IDEM_CACHE"
+    # One build at a time per cache (another make test may be building the
+    # same version); the lock is released when this function returns.
+    exec {major_lock}>"$PG_IDEM_CACHE/.lock"
+    flock "$major_lock"
+    ensure_major_locked "$major" "$cassert"
+    rc=$?
+    exec {major_lock}>&-
+    return $rc
+}
+
+ensure_major_locked() {
+    local major=$1 cassert=${2:-0} version flavour dir
     major_apt_update || { echo "cannot update the private apt indexes (see $PG_IDEM_CACHE/apt/update.log)" >&2; return 1; }
     version=$(major_apt_cache showsrc "postgresql-$major" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1)
     if [ -n "$version" ] && major_source_available "$major" "$version"; then

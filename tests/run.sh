@@ -14,6 +14,7 @@ PASSED=0
 FAILED=0
 FAILED_SUITES=()
 SKIPPED_SUITES=()
+SUITE_TIMES=()
 
 count() {   # count SUITE PASSED FAILED
     PASSED=$((PASSED + $2))
@@ -63,12 +64,17 @@ as_run_user "$PG_BIN/psql" -X -At -c 'SELECT version()'
 
 SUITES=" ${SUITES:-${ALL_SUITES[*]}} "
 for s in "${ALL_SUITES[@]}"; do
-    [[ $SUITES == *" $s "* ]] && "suite_$s"
+    if [[ $SUITES == *" $s "* ]]; then
+        suite_started=$SECONDS
+        "suite_$s"
+        SUITE_TIMES+=("$s $((SECONDS - suite_started)) s")
+    fi
 done
 
 stop_cluster
 echo
 echo "server: $(describe_postgres)"
+echo "time per suite: $(IFS=,; echo "${SUITE_TIMES[*]}" | sed 's/,/, /g'); $SECONDS s in all"
 [ ${#SKIPPED_SUITES[@]} -gt 0 ] && printf 'skipped suite: %s\n' "${SKIPPED_SUITES[@]}"
 [ ${#FAILED_SUITES[@]} -gt 0 ] && echo "failed suites: ${FAILED_SUITES[*]}"
 echo "$PASSED passed, $FAILED failed"
