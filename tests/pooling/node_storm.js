@@ -79,7 +79,10 @@ pidfile = ${dir}/pgbouncer.pid
       await sleep(100);
     }
   }
-  return { port, stop: () => proc.kill('SIGTERM') };
+  return { port, stop: () => {
+    proc.kill('SIGTERM');
+    fs.rmSync(dir, { recursive: true, force: true }); // a passing run leaves nothing behind
+  } };
 }
 
 // The README's app, its pool from the libpq environment (PGHOST, PGPORT ...).
