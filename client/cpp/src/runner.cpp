@@ -45,9 +45,9 @@ run_result engine::run(const request_view &req, const handler &h) const
 
 void report_win(const engine &e, const claim_row &row)
 {
-    if (row.outcome == "claimed")
+    if (row.kind == protocol::server_outcome::claimed)
         e.emit(event::claimed);
-    else if (row.outcome == "recovered_ttl")
+    else if (row.kind == protocol::server_outcome::recovered_ttl)
         e.emit(event::recovered_ttl);
     else
         e.emit(event::recovered_abandoned);

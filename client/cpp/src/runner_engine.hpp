@@ -106,7 +106,8 @@ std::string wall_clock_in(milliseconds d);
 // statements below.
 struct claim_row
 {
-    std::string outcome;
+    std::string outcome;  // as the server sent it (for messages)
+    protocol::server_outcome kind = protocol::server_outcome::unknown;
     std::string claim_id;
     std::int64_t generation = 0;
     std::optional<milliseconds> retry_after;
@@ -114,10 +115,17 @@ struct claim_row
     std::optional<std::string> headers_json;
     std::optional<std::string> body;
 
+    // The protocol's action for this outcome is run: the caller owns the claim.
     bool won() const
     {
-        return outcome == "claimed" || outcome == "recovered_ttl" ||
-               outcome == "recovered_abandoned";
+        return kind != protocol::server_outcome::unknown &&
+               protocol::info(kind).what == protocol::action::run;
+    }
+    // The stored response comes with it (replay, or stored not replayable).
+    bool stored() const
+    {
+        return kind == protocol::server_outcome::replay ||
+               kind == protocol::server_outcome::not_replayable;
     }
 };
 

@@ -36,9 +36,13 @@ run_result engine::unavailable(call &c) const
                   outcome::failed);
 }
 
+// The wait budget is over: what the protocol answers for in_progress.
 run_result engine::timed_out(call &c) const
 {
-    return answer(c, problems::in_progress(cfg_.profile(), cfg_.retry_after()), outcome::timeout);
+    return answer(c,
+                  *problems::for_outcome(protocol::server_outcome::in_progress, cfg_.profile(),
+                                         cfg_.retry_after()),
+                  protocol::info(protocol::server_outcome::in_progress).result);
 }
 
 void engine::note_server_wait(call &c, const claim_row &row) const
@@ -141,11 +145,18 @@ claim_row engine::lookup(call &c, pg::connection &conn) const
     return parse_row(qp(conn, sql_.lookup, params, pg::format::binary));
 }
 
-// What a non-winning row means for this request.
+// What a non-winning row means for this request: the protocol's action
+// for its outcome (protocol.toml's client column), with the protocol's
+// problem and run result.
 engine::next engine::on_row(call &c, const claim_row &row) const
 {
-    const status_profile p = cfg_.profile();
-    if (row.outcome == "replay")
+    if (row.kind == protocol::server_outcome::unknown)
+        throw pg::failure("pg_idem: unexpected claim outcome '" + row.outcome +
+                          "' (a newer server than this client knows)");
+    const protocol::outcome_info &info = protocol::info(row.kind);
+    switch (info.what)
+    {
+    case protocol::action::replay:
     {
         response r;
         r.status = row.status.value_or(200);
@@ -155,41 +166,25 @@ engine::next engine::on_row(call &c, const claim_row &row) const
         r.body = row.body.value_or("");
         c.res.response = std::move(r);
         c.res.replayed = true;
-        c.res.outcome = outcome::replay;
+        c.res.outcome = info.result;
         return next::answer;
     }
-    if (row.outcome == "not_replayable")
-    {
-        c.res.response = problems::not_replayable(p);
-        c.res.outcome = outcome::conflict;
+    case protocol::action::answer:
+        if (row.kind == protocol::server_outcome::cooldown)
+            emit(event::retryable_cooldown);
+        // The server's hint where it gives one (what is left of a cooldown).
+        c.res.response = *problems::for_outcome(row.kind, cfg_.profile(),
+                                                row.retry_after.value_or(cfg_.retry_after()));
+        c.res.outcome = info.result;
         return next::answer;
-    }
-    if (row.outcome == "mismatch")
-    {
-        c.res.response = problems::key_reused(p);
-        c.res.outcome = outcome::conflict;
-        return next::answer;
-    }
-    if (row.outcome == "expired")
-    {
-        // Finished longer ago than idem.ttl: the response is gone and the
-        // server refuses to run the request again (idem.after_ttl).
-        c.res.response = problems::expired(p);
-        c.res.outcome = outcome::expired;
-        return next::answer;
-    }
-    if (row.outcome == "cooldown")
-    {
-        emit(event::retryable_cooldown);
-        c.res.response = problems::cooldown(p, row.retry_after.value_or(cfg_.retry_after()));
-        c.res.outcome = outcome::failed;
-        return next::answer;
-    }
-    if (row.outcome == "in_progress")
+    case protocol::action::wait:
         return next::wait;
-    if (row.outcome == "absent" || row.outcome == "claimable")
+    case protocol::action::claim:
         return next::claim;
-    throw pg::failure("pg_idem: unexpected claim outcome '" + row.outcome + "'");
+    case protocol::action::run:
+        break;
+    }
+    throw pg::failure("pg_idem: claim outcome '" + row.outcome + "' where none was claimed");
 }
 
 void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) const

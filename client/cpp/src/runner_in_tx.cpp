@@ -207,7 +207,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                             pg::to_param(lock_timeout_text(cfg_.follower_wait_budget()))};
                         claim_row seen = parse_row(qu(ptx, sql_.begin, params, pg::format::binary));
                         ptx.rollback();
-                        const bool stored = seen.outcome == "replay" || seen.outcome == "not_replayable";
+                        const bool stored = seen.stored();
                         if (!stored && action == storage_action::finalize)
                         {
                             // Not committed: nothing happened. Ask for a retry.

@@ -54,6 +54,7 @@ claim_row parse_row(const pg::result &r)
                           std::to_string(r.size()));
     claim_row row;
     row.outcome = r.get_optional_text(0, 0).value_or("");
+    row.kind = protocol::parse_server_outcome(row.outcome);
     row.claim_id = r.get_optional_text(0, 1).value_or("");
     row.generation = r.get_optional_int(0, 2).value_or(0);
     if (auto ms = r.get_optional_int(0, 3))

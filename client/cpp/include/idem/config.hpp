@@ -8,6 +8,7 @@
 
 #include <idem/error.hpp>
 #include <idem/pg.hpp>
+#include <idem/protocol.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -18,16 +19,9 @@ namespace idem {
 
 using std::chrono::milliseconds;
 
-// Which status codes a follower and a refused request get.
-enum class status_profile
-{
-    // IETF Idempotency-Key draft: 400 missing/invalid key, 422 key reused
-    // with another request, 409 + Retry-After while the first is in progress.
-    ietf,
-    // The single-flight plan: 409 key reused with another request, 503 +
-    // Retry-After while pending.
-    seed
-};
+// status_profile, which status codes a follower and a refused request
+// get (ietf, the default, or seed), is the protocol's: idem/protocol.hpp,
+// docs/reference/protocol.md.
 
 // How a waiting follower learns that the winner has finished.
 enum class follower_wakeup
