@@ -4,6 +4,7 @@
 #include <libpq-fe.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -347,17 +348,70 @@ result connection::exec_params(std::string_view sql, const std::vector<param> &p
                    sql);
 }
 
+bool connection::detect_pooler()
+{
+    if (behind_pooler_)
+        return *behind_pooler_;
+    // The pid of BackendKeyData is the server's own on a direct connection;
+    // PgBouncer (and other poolers) hand the client a key of their own.
+    const std::int64_t server_pid = exec("SELECT pg_catalog.pg_backend_pid()").get_int(0, 0);
+    behind_pooler_ = server_pid != backend_pid();
+    return *behind_pooler_;
+}
+
+namespace {
+// What a transaction-mode pooler does to named statements: the server
+// session already has the name (another client prepared it, 42P05) or
+// does not have it (this client prepared it on another server, 26000).
+bool pooler_clash(const sql_error &e)
+{
+    return e.sqlstate() == "42P05" || e.sqlstate() == "26000";
+}
+}  // namespace
+
 result connection::exec_prepared(std::string_view sql, const std::vector<param> &params,
                                  format result_format, preparation how)
 {
+    if (how == preparation::automatic)
+    {
+        if (!is_open())
+            throw broken_connection("connection is not open: " + error_message());
+        if (behind_pooler_.value_or(false))
+            return exec_params(sql, params, result_format);
+        const bool in_block = status() != transaction_status::idle;
+        try
+        {
+            // Not known yet: the first Parse on this connection asks for
+            // the pid in the same round trip.
+            return exec_named(sql, params, result_format, !behind_pooler_.has_value());
+        }
+        catch (const sql_error &e)
+        {
+            // Outside a transaction the failed Parse or Bind did nothing:
+            // from now on this connection sends its statements unnamed.
+            if (!pooler_clash(e))
+                throw;
+            behind_pooler_ = true;
+            prepared_.clear();
+            if (in_block)
+                throw;
+            return exec_params(sql, params, result_format);
+        }
+    }
     if (how == preparation::unnamed)
         return exec_params(sql, params, result_format);
+    return exec_named(sql, params, result_format, false);
+}
+
+result connection::exec_named(std::string_view sql, const std::vector<param> &params,
+                              format result_format, bool ask_pid)
+{
     if (!is_open())
         throw broken_connection("connection is not open: " + error_message());
     const std::string key = statement_key(sql, params);
     auto it = prepared_.find(key);
     if (it == prepared_.end())
-        return prepare_and_exec(key, sql, params, result_format);
+        return prepare_and_exec(key, sql, params, result_format, ask_pid);
     const wire_params w(params);
     const bool in_block = status() != transaction_status::idle;
     ++round_trips_;
@@ -378,12 +432,13 @@ result connection::exec_prepared(std::string_view sql, const std::vector<param> 
         prepared_.erase(key);
         if (in_block)
             throw;
-        return prepare_and_exec(key, sql, params, result_format);
+        return prepare_and_exec(key, sql, params, result_format, ask_pid);
     }
 }
 
 result connection::prepare_and_exec(const std::string &key, std::string_view sql,
-                                    const std::vector<param> &params, format result_format)
+                                    const std::vector<param> &params, format result_format,
+                                    bool ask_pid)
 {
     const std::string text(sql);
     const std::string name = "pg_idem_" + std::to_string(++statements_named_);
@@ -399,6 +454,9 @@ result connection::prepare_and_exec(const std::string &key, std::string_view sql
         ~leave() { PQexitPipelineMode(c); }
     } guard{c};
     ++round_trips_;
+    static const char pid_sql[] = "SELECT pg_catalog.pg_backend_pid()";
+    if (ask_pid && !PQsendQueryParams(c, pid_sql, 0, nullptr, nullptr, nullptr, nullptr, 0))
+        throw broken_connection(error_message());
     if (!PQsendPrepare(c, name.c_str(), text.c_str(), w.count(), w.types.data()) ||
         !PQsendQueryPrepared(c, name.c_str(), w.count(), w.values.data(), w.lengths.data(),
                              w.formats.data(), static_cast<int>(result_format)) ||
@@ -408,7 +466,7 @@ result connection::prepare_and_exec(const std::string &key, std::string_view sql
     // be drained before leaving it).
     result parsed, executed;
     bool parse_ok = false;
-    int stage = 0;  // 0: prepare result, 1: query result, 2: sync
+    int stage = ask_pid ? -1 : 0;  // -1: the pid, 0: prepare result, 1: query result, 2: sync
     for (;;)
     {
         PGresult *r = PQgetResult(c);
@@ -424,7 +482,16 @@ result connection::prepare_and_exec(const std::string &key, std::string_view sql
             PQclear(r);
             break;
         }
-        if (stage == 0)
+        if (stage == -1)
+        {
+            // The server's pid against the one the connection was given:
+            // they differ behind a pooler (see preparation::automatic).
+            if (st == PGRES_TUPLES_OK && PQntuples(r) == 1)
+                behind_pooler_ = std::atoi(PQgetvalue(r, 0, 0)) != PQbackendPID(c);
+            PQclear(r);
+            stage = 0;
+        }
+        else if (stage == 0)
         {
             parse_ok = st == PGRES_COMMAND_OK;
             parsed = result(r);

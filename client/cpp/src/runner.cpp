@@ -139,6 +139,7 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
             // Refused by the server (nothing stored), or no connection.
             emit(event::finalize_error);
             c.res.error = std::current_exception();
+            report(c.res.error, "finalize");
             if (conn && (!conn->is_open() || is_prepared_statement_error(e)))
                 conn->close();  // its statement names are not the server's: the pool drops it
             conn.reset();

@@ -32,6 +32,7 @@ run_result engine::unavailable(call &c) const
 {
     if (!c.res.error)
         c.res.error = std::current_exception();
+    report(c.res.error, "claim");
     return answer(c, problems::store_unavailable(cfg_.profile(), cfg_.retry_after()),
                   outcome::failed);
 }
@@ -89,39 +90,12 @@ std::optional<run_result> engine::prepare(const request_view &req, call &c, bool
     return std::nullopt;
 }
 
-server_features engine::features(pg::connection &conn) const
-{
-    {
-        std::lock_guard<std::mutex> lk(features_mu_);
-        if (features_)
-            return *features_;
-    }
-    server_features f;
-    try
-    {
-        pg::result r = conn.exec(features_sql, cfg_.schema());
-        f.claim_wait = r.get_bool(0, 0);
-        f.begin_wait = r.get_bool(0, 1);
-    }
-    catch (const pg::broken_connection &)
-    {
-        throw;  // the caller's error handling deals with the connection
-    }
-    catch (const std::exception &)
-    {
-        return f;  // e.g. no access to the catalog: poll, ask again later
-    }
-    std::lock_guard<std::mutex> lk(features_mu_);
-    features_ = f;
-    return f;
-}
-
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
     c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                  features(conn).claim_wait;
     c.server_wait = c.can_wait && c.seen_in_progress;
-    c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, conn) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
                                   pg::to_param(cfg_.lease()),

@@ -66,7 +66,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 // (bounded by our budget as lock_timeout, the caller's setting
                 // restored by the same statement), and with max_wait for a
                 // lease-mode winner too.
-                c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
+                c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *conn) : milliseconds(0);
                 std::vector<pg::param> params{
                     pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
                     pg::to_param(lock_timeout_text(remaining(c.deadline)))};
@@ -250,6 +250,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 // and tell the caller that its result was not stored.
                 emit(event::finalize_error);
                 c.res.error = std::current_exception();
+                report(c.res.error, "finalize");
                 keep_cooldown(c, tx, row.claim_id);
                 if (conn && !conn->is_open())
                     conn.reset();

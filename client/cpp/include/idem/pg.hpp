@@ -173,7 +173,17 @@ enum class preparation
     named,
     // Parsed with every execution as the unnamed statement (what
     // PQexecParams does): works through any pooler.
-    unnamed
+    unnamed,
+    // Named on a connection straight to the server, unnamed behind a
+    // pooler (the default of the runner). The first statement sent this
+    // way asks the server for its backend's pid: a pooler answers the
+    // client with a pid of its own, so the two differ behind one (asked
+    // with the connection's first Parse, in the same round trip). A named
+    // statement that still meets a
+    // pooler's clash (42P05 "already exists", 26000 "does not exist")
+    // outside a transaction switches the connection to unnamed statements
+    // and is sent again, unnamed.
+    automatic
 };
 
 // One libpq connection. Not thread safe: use one per thread (the runner
@@ -220,6 +230,12 @@ public:
     std::uint64_t round_trips() const noexcept { return round_trips_; }
     // Statements this connection has prepared under a name.
     std::size_t prepared_count() const noexcept { return prepared_.size(); }
+    // Whether this connection goes through a pooler, as preparation::automatic
+    // found out (std::nullopt until it asked; true once a named statement met
+    // a pooler's clash).
+    std::optional<bool> behind_pooler() const noexcept { return behind_pooler_; }
+    // Asks now (one round trip) unless known; the answer is kept.
+    bool detect_pooler();
 
     bool is_open() const noexcept;
     transaction_status status() const noexcept;
@@ -242,8 +258,12 @@ private:
     // Turns a finished statement's result into a result or an exception.
     result checked(result res, std::string_view sql);
     // Parse (named) + Bind/Execute + Sync in one pipeline; records the name.
+    // ask_pid: the server's pid in the same round trip (automatic).
     result prepare_and_exec(const std::string &key, std::string_view sql,
-                            const std::vector<param> &params, format result_format);
+                            const std::vector<param> &params, format result_format,
+                            bool ask_pid);
+    result exec_named(std::string_view sql, const std::vector<param> &params,
+                      format result_format, bool ask_pid);
 
     struct deleter
     {
@@ -253,6 +273,7 @@ private:
     std::unordered_map<std::string, std::string> prepared_;  // sql + types -> name
     std::uint64_t round_trips_ = 0;
     std::uint64_t statements_named_ = 0;
+    std::optional<bool> behind_pooler_;
 };
 
 enum class isolation

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <idem/config.hpp>
+#include <idem/diagnostics.hpp>
 #include <idem/error.hpp>
 #include <idem/http.hpp>
 #include <idem/key.hpp>
@@ -146,6 +147,15 @@ public:
                                   pg::isolation level = pg::isolation::read_committed) const;
 
     const config &settings() const noexcept;
+
+    // Checks, on a connection of its own, that pg_idem can be used as
+    // configured (idem/diagnostics.hpp): installed, not older than
+    // idem::oldest_extension, its schema on the search_path (or
+    // configured), EXECUTE on its functions, the lease and cooldown within
+    // idem.max_lease. Throws idem::setup_error saying what to do, or the
+    // connection's error. Call it at start-up to refuse to start; a runner
+    // makes the same check at its first request either way.
+    void check() const;
 
 private:
     std::shared_ptr<const detail::engine> engine_;
