@@ -6,7 +6,8 @@
 #   * the C++ client's integration tests (lease, fenced, in-transaction,
 #     processes, followers and their wait budget; inbox, outbox drainer,
 #     reconciler) with unnamed statements (PG_IDEM_TEST_POOLER);
-#   * the psql and Python examples.
+#   * the psql and Python examples;
+#   * each one-line setup's storm of duplicates (tests/pooling/storm_*.sh).
 #
 # Left out, because the test itself needs a session of its own (not the
 # client): tests that freeze a COMMIT with a session-level advisory lock
@@ -86,6 +87,13 @@ suite_pooling() {
         else
             count "pooling: example $name" 0 1
         fi
+    done
+    # The one-line setups' duplicate storms: tests/pooling/storm_NAME.sh defines storm_NAME.
+    for script in "$WORK"/src/tests/pooling/storm_*.sh; do
+        [ -f "$script" ] || continue
+        . "$script"
+        name=$(basename "$script" .sh)
+        "$name"
     done
     stop_pgbouncer
 }

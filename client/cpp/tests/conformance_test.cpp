@@ -8,6 +8,8 @@
 #include <idem/key.hpp>
 #include <idem/protocol.hpp>
 
+#include "../examples/prometheus_metrics.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -168,4 +170,19 @@ TEST(Conformance, RequestHashVectors)
     for (const json &v : conformance().at("request_hash_vectors"))
         EXPECT_EQ(to_hex(request_hash(v.at("body").get<std::string>())),
                   v.at("request_hash").get<std::string>());
+}
+
+// The metrics series are labelled with the protocol's outcome names, one
+// series per outcome (the Python and Node clients expose the same names).
+TEST(Conformance, MetricsHaveASeriesPerOutcome)
+{
+    prometheus_metrics m;
+    m.on_outcome(outcome::expired);  // the last outcome: 0.4.0 counted it past the array's end
+    const std::string text = m.render();
+    for (std::size_t i = 0; i < protocol::outcome_count; ++i)
+    {
+        const std::string label(protocol::name(static_cast<outcome>(i)));
+        const std::string series = "idem_client_requests_total{outcome=\"" + label + "\"} ";
+        EXPECT_NE(text.find(series + (label == "expired" ? "1" : "0")), std::string::npos) << label;
+    }
 }
