@@ -1,6 +1,8 @@
 // RAII wrappers over libpq: connection, result, transaction.
 #include <idem/pg.hpp>
 
+#include "pg_wire.hpp"
+
 #include <libpq-fe.h>
 
 #include <charconv>
@@ -9,6 +11,9 @@
 #include <stdexcept>
 
 namespace idem::pg {
+
+using detail::statement_key;
+using detail::wire_params;
 
 namespace {
 
@@ -270,45 +275,6 @@ std::string connection::error_message() const
     return conn_ ? trimmed(PQerrorMessage(conn_.get())) : std::string("no connection");
 }
 
-namespace {
-
-// The parameter arrays libpq takes, pointing into params.
-struct wire_params
-{
-    std::vector<Oid> types;
-    std::vector<const char *> values;
-    std::vector<int> lengths, formats;
-
-    explicit wire_params(const std::vector<param> &params)
-    {
-        types.reserve(params.size());
-        values.reserve(params.size());
-        lengths.reserve(params.size());
-        formats.reserve(params.size());
-        for (const param &p : params)
-        {
-            types.push_back(p.type());
-            values.push_back(p.is_null() ? nullptr : p.value().data());
-            lengths.push_back(p.is_null() ? 0 : static_cast<int>(p.value().size()));
-            formats.push_back(static_cast<int>(p.wire_format()));
-        }
-    }
-    int count() const { return static_cast<int>(types.size()); }
-};
-
-// The cache key of a named statement: its text and its parameter types
-// (a name is bound to the types it was parsed with).
-std::string statement_key(std::string_view sql, const std::vector<param> &params)
-{
-    std::string key(sql);
-    key.push_back('\0');
-    for (const param &p : params)
-        key += std::to_string(p.type()) + ",";
-    return key;
-}
-
-}  // namespace
-
 result connection::checked(result res, std::string_view sql)
 {
     PGresult *r = res.native_handle();
@@ -516,7 +482,11 @@ void connection::commit_statement()
     if (!is_open())
         throw broken_connection("connection lost before COMMIT: " + error_message());
     ++round_trips_;
-    result res(PQexec(conn_.get(), "COMMIT"));
+    check_commit(result(PQexec(conn_.get(), "COMMIT")));
+}
+
+void connection::check_commit(result res)
+{
     PGresult *r = res.native_handle();
     if (!r)
         throw unknown_outcome("connection lost while COMMIT was in flight: " + error_message());
@@ -544,29 +514,48 @@ void connection::commit_statement()
 
 // ---- transaction --------------------------------------------------------
 
+namespace {
+const char *begin_statement(isolation level)
+{
+    if (level == isolation::repeatable_read)
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    if (level == isolation::serializable)
+        return "BEGIN ISOLATION LEVEL SERIALIZABLE";
+    return "BEGIN";
+}
+}  // namespace
+
 transaction::transaction(connection &c, isolation level) : conn_(c)
 {
     if (c.status() != transaction_status::idle)
         throw std::logic_error("transaction: the connection is not idle");
-    const char *begin = "BEGIN";
-    if (level == isolation::repeatable_read)
-        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
-    else if (level == isolation::serializable)
-        begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
-    conn_.exec(begin);
+    begin_sql_ = begin_statement(level);
+    conn_.exec(begin_sql_);
     active_ = true;
 }
 
-transaction::~transaction()
+transaction::transaction(connection &c, isolation level, defer_begin_t) : conn_(c)
 {
-    if (!active_)
+    if (c.status() != transaction_status::idle)
+        throw std::logic_error("transaction: the connection is not idle");
+    begin_sql_ = begin_statement(level);
+    begin_pending_ = true;
+    active_ = true;
+}
+
+void transaction::send_begin()
+{
+    if (!begin_pending_)
         return;
+    begin_pending_ = false;
     try
     {
-        rollback();
+        conn_.exec(begin_sql_);
     }
     catch (...)
     {
+        active_ = false;
+        throw;
     }
 }
 
@@ -575,6 +564,7 @@ result transaction::exec_prepared(std::string_view sql, const std::vector<param>
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
+    send_begin();
     try
     {
         return conn_.exec_prepared(sql, params, result_format, how);
@@ -591,6 +581,7 @@ result transaction::exec_params(std::string_view sql, const std::vector<param> &
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
+    send_begin();
     try
     {
         return conn_.exec_params(sql, params, result_format);
@@ -606,6 +597,7 @@ void transaction::commit()
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
+    send_begin();
     active_ = false;
     conn_.commit_statement();
 }
@@ -615,6 +607,11 @@ void transaction::rollback()
     if (!active_)
         return;
     active_ = false;
+    if (begin_pending_)
+    {
+        begin_pending_ = false;  // nothing was sent
+        return;
+    }
     if (!conn_.is_open())
         return;
     conn_.exec("ROLLBACK");

@@ -186,6 +186,14 @@ enum class preparation
     automatic
 };
 
+// One statement of a pipeline (connection::exec_pipeline).
+struct statement
+{
+    std::string sql;
+    std::vector<param> params;
+    format result_format = format::text;
+};
+
 // One libpq connection. Not thread safe: use one per thread (the runner
 // takes them from a connection_provider). Move-only.
 class connection
@@ -224,6 +232,16 @@ public:
                          format result_format = format::text,
                          preparation how = preparation::named);
 
+    // Sends the statements in one flight (libpq's pipeline mode, one Sync:
+    // one round trip) and returns their results in order. Each is prepared
+    // as `how` says; `automatic` asks for the backend pid first (once per
+    // connection, its own round trip) so that the flight never meets a
+    // pooler's name clash. The first statement that fails throws as exec
+    // would; the ones after it were not run. Outside a transaction the
+    // statements run in one implicit transaction.
+    std::vector<result> exec_pipeline(const std::vector<statement> &stmts,
+                                      preparation how = preparation::unnamed);
+
     // Messages exchanges with the server (statements, COMMIT, BEGIN...)
     // since the connection was opened: a statement's Parse and Execute sent
     // together count once. For tests and diagnostics.
@@ -255,6 +273,8 @@ private:
     connection(adopt_tag, pg_conn *conn);
     // Runs COMMIT and maps a lost connection to unknown_outcome.
     void commit_statement();
+    // The same for a COMMIT's result.
+    void check_commit(result res);
     // Turns a finished statement's result into a result or an exception.
     result checked(result res, std::string_view sql);
     // Parse (named) + Bind/Execute + Sync in one pipeline; records the name.
@@ -264,6 +284,9 @@ private:
                             bool ask_pid);
     result exec_named(std::string_view sql, const std::vector<param> &params,
                       format result_format, bool ask_pid);
+    // The pipeline's results, unchecked (lost: the connection died in it).
+    std::vector<result> send_pipeline(const std::vector<statement> &stmts, preparation how,
+                                      bool &lost);
 
     struct deleter
     {
@@ -286,10 +309,20 @@ enum class isolation
 // BEGIN ... COMMIT on a connection. The destructor rolls back a
 // transaction that was neither committed nor rolled back, and swallows any
 // error doing so (the connection may be gone).
+// BEGIN can ride with the first pipeline (defer_begin): one round trip
+// fewer.
+struct defer_begin_t
+{
+};
+inline constexpr defer_begin_t defer_begin{};
+
 class transaction
 {
 public:
     explicit transaction(connection &c, isolation level = isolation::read_committed);
+    // BEGIN is sent with the first statement: in the same flight by
+    // exec_pipeline and commit_with, before it by the others.
+    transaction(connection &c, isolation level, defer_begin_t);
     transaction(const transaction &) = delete;
     transaction &operator=(const transaction &) = delete;
     ~transaction();
@@ -305,17 +338,32 @@ public:
                          format result_format = format::text,
                          preparation how = preparation::named);
 
+    // The statements in one flight (connection::exec_pipeline), BEGIN first
+    // when it is still to be sent.
+    std::vector<result> exec_pipeline(const std::vector<statement> &stmts,
+                                      preparation how = preparation::unnamed);
+
     // COMMIT. unknown_outcome when the connection is lost while it is in
     // flight; sql_error (rolled back for sure) when the server refuses it,
     // e.g. a deferred constraint or a serialization failure at commit.
     void commit();
+    // The statements and COMMIT in one flight; their results. A statement
+    // that fails throws its error and COMMIT did not run (the transaction
+    // is aborted: roll it back); a refused COMMIT or a lost connection is
+    // as commit() says.
+    std::vector<result> commit_with(const std::vector<statement> &stmts,
+                                    preparation how = preparation::unnamed);
     void rollback();
     bool active() const noexcept { return active_; }
     connection &conn() noexcept { return conn_; }
 
 private:
+    void send_begin();
+
     connection &conn_;
     bool active_ = false;
+    const char *begin_sql_ = "BEGIN";
+    bool begin_pending_ = false;
 };
 
 } // namespace idem::pg

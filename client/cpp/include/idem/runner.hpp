@@ -138,7 +138,9 @@ public:
                           pg::isolation level = pg::isolation::read_committed) const;
 
     // Exactly-once, one transaction: BEGIN; idem_begin; h; idem_finalize;
-    // COMMIT. Duplicates block in idem_begin (at most the wait budget, as
+    // COMMIT, with BEGIN and idem_begin in one flight and idem_finalize and
+    // COMMIT in another (libpq's pipeline mode): two round trips besides
+    // h's own. Duplicates block in idem_begin (at most the wait budget, as
     // lock_timeout) and then replay. If the finalize or the COMMIT fails
     // after h returned, everything rolls back together but a cooldown,
     // the call answers 503 outcome-unknown (with `error`) and h is not run
