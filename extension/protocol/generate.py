@@ -306,6 +306,8 @@ def gen_cpp(p):
           "inline constexpr std::string_view key_domain = %s;" % c_string(p["key"]["domain"]),
           "inline constexpr std::size_t max_key_bytes = %d;" % p["key"]["max_bytes"],
           "inline constexpr std::string_view problem_base = %s;" % c_string(p["problems"]["base"]),
+          "// How many idem::outcome values there are (an array of counters per outcome).",
+          "inline constexpr std::size_t outcome_count = %d;" % len(p["client_outcome"]),
           "",
           "// Problems a client answers instead of running the handler.",
           "enum class problem", "{"]

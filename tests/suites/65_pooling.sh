@@ -10,6 +10,7 @@
 #   * the Python storm (tests/pooling/python_storm.py): the one-line
 #     FastAPI setup with its defaults behind its own PgBouncer, pool 5.
 #   * the Node storm (tests/pooling/node_storm.sh, its own PgBouncer, pool 5).
+#   * each one-line setup's storm of duplicates (tests/pooling/storm_*.sh).
 #
 # Left out, because the test itself needs a session of its own (not the
 # client): tests that freeze a COMMIT with a session-level advisory lock
@@ -105,6 +106,13 @@ suite_pooling() {
             count "pooling: Python storm" 0 1
         fi
     fi
+    # The one-line setups' duplicate storms: tests/pooling/storm_NAME.sh defines storm_NAME.
+    for script in "$WORK"/src/tests/pooling/storm_*.sh; do
+        [ -f "$script" ] || continue
+        . "$script"
+        name=$(basename "$script" .sh)
+        "$name"
+    done
     stop_pgbouncer
 
     . "$WORK/src/tests/pooling/node_storm.sh"

@@ -110,13 +110,25 @@ config::builder &config::builder::prepared_statements(pg::preparation how)
 }
 config::builder &config::builder::pooler_mode(bool on)
 {
-    c_.preparation_ = on ? pg::preparation::unnamed : pg::preparation::named;
-    c_.wait_slice_ = on ? milliseconds(200) : milliseconds(0);
+    c_.preparation_ = on ? pg::preparation::unnamed : pg::preparation::automatic;
+    c_.wait_slice_ = on ? pooled_wait_slice : milliseconds(0);
+    c_.wait_slice_set_ = on;
     return *this;
 }
 config::builder &config::builder::server_wait_slice(milliseconds v)
 {
     c_.wait_slice_ = v;
+    c_.wait_slice_set_ = true;
+    return *this;
+}
+config::builder &config::builder::on_error(error_hook hook)
+{
+    c_.on_error_ = std::move(hook);
+    return *this;
+}
+config::builder &config::builder::log_errors(bool on)
+{
+    c_.log_errors_ = on;
     return *this;
 }
 config::builder &config::builder::wakeup(follower_wakeup w)

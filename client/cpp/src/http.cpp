@@ -32,8 +32,6 @@ const char *const never_stored_names[] = {
 // Substrings that mark a header as session or auth state.
 const char *const never_stored_parts[] = {"cookie", "session", "token", "authoriz", "authenticat"};
 
-constexpr const char *problem_base = "urn:pg-idem:problem:";
-
 }  // namespace
 
 std::optional<std::string> response::header_value(std::string_view name) const
@@ -44,29 +42,7 @@ std::optional<std::string> response::header_value(std::string_view name) const
     return std::nullopt;
 }
 
-storage_action classify(int status) noexcept
-{
-    if (status >= 200 && status <= 299)
-        return storage_action::finalize;
-    switch (status)
-    {
-    case 400:
-    case 404:
-    case 409:
-    case 422:
-        return storage_action::finalize;
-    case 408:
-    case 429:
-        return storage_action::fail;
-    default:
-        break;
-    }
-    if (status >= 500 && status <= 599)
-        return storage_action::fail;
-    if (status >= 100 && status <= 499)
-        return storage_action::release;  // 1xx, 3xx, 401, 403 and other 4xx
-    return storage_action::fail;         // not an HTTP status: treat as a server error
-}
+storage_action classify(int status) noexcept { return protocol::classify(status); }
 
 bool header_name_equal(std::string_view a, std::string_view b) noexcept
 {
@@ -182,118 +158,84 @@ response make_problem_response(const problem &p)
 
 namespace problems {
 
-namespace {
-response make(int status, const char *slug, const char *title, std::string detail,
-              std::optional<std::chrono::milliseconds> retry = std::nullopt)
+response make(protocol::problem which, status_profile profile,
+              std::optional<std::chrono::milliseconds> retry_after, std::string detail)
 {
+    const protocol::problem_info &info = protocol::info(which);
     problem p;
-    p.status = status;
-    p.type = std::string(problem_base) + slug;
-    p.title = title;
-    p.detail = std::move(detail);
-    if (retry)
-        p.retry_after = retry_after_seconds(*retry);
+    p.status = protocol::status(which, profile);
+    p.type = std::string(protocol::problem_base) + std::string(info.slug);
+    p.title = std::string(info.title);
+    p.detail = detail.empty() ? std::string(info.detail) : std::move(detail);
+    if (info.retry_after && retry_after)
+        p.retry_after = retry_after_seconds(*retry_after);
     return make_problem_response(p);
 }
-}  // namespace
 
-response missing_key(status_profile)
+std::optional<response> for_outcome(protocol::server_outcome o, status_profile p,
+                                    std::chrono::milliseconds retry_after)
 {
-    return make(400, "idempotency-key-missing", "Idempotency-Key header is missing",
-                describe(key_status::absent));
+    if (o == protocol::server_outcome::unknown)
+        return std::nullopt;
+    const protocol::outcome_info &info = protocol::info(o);
+    if (!info.has_problem ||
+        (info.what != protocol::action::answer && info.what != protocol::action::wait))
+        return std::nullopt;
+    return make(info.answer, p, retry_after);
 }
 
-response invalid_key(status_profile, key_status why)
+response missing_key(status_profile p)
 {
-    return make(400, "idempotency-key-invalid", "Idempotency-Key header is invalid",
-                describe(why));
+    return make(protocol::problem::missing_key, p, std::nullopt, describe(key_status::absent));
 }
 
-response key_reused(status_profile p)
+response invalid_key(status_profile p, key_status why)
 {
-    return make(p == status_profile::ietf ? 422 : 409, "idempotency-key-reused",
-                "Idempotency-Key is already used for a different request",
-                "This key was used with another request body. Use a new key for a new request.");
+    return make(protocol::problem::invalid_key, p, std::nullopt, describe(why));
 }
+
+response key_reused(status_profile p) { return make(protocol::problem::key_reused, p); }
 
 response in_progress(status_profile p, std::chrono::milliseconds retry_after)
 {
-    return make(p == status_profile::ietf ? 409 : 503, "request-in-progress",
-                "A request with this Idempotency-Key is being processed",
-                "Retry after the delay in Retry-After to get its response.", retry_after);
+    return make(protocol::problem::in_progress, p, retry_after);
 }
 
-response cooldown(status_profile, std::chrono::milliseconds retry_after)
+response cooldown(status_profile p, std::chrono::milliseconds retry_after)
 {
-    return make(503, "request-failed-recently",
-                "The last attempt with this Idempotency-Key failed",
-                "Retry after the delay in Retry-After.", retry_after);
+    return make(protocol::problem::cooldown, p, retry_after);
 }
 
-response not_replayable(status_profile)
+response not_replayable(status_profile p) { return make(protocol::problem::not_replayable, p); }
+
+response expired(status_profile p) { return make(protocol::problem::expired, p); }
+
+response request_too_large(status_profile p, std::size_t limit)
 {
-    return make(409, "response-not-replayable",
-                "The request was completed but its response cannot be replayed",
-                "The response was too large to store. Use a new key to repeat the request.");
+    std::string detail(protocol::info(protocol::problem::request_too_large).detail);
+    const std::string mark = "{limit}";
+    const std::size_t at = detail.find(mark);
+    if (at != std::string::npos)
+        detail.replace(at, mark.size(), std::to_string(limit));
+    return make(protocol::problem::request_too_large, p, std::nullopt, detail);
 }
 
-// The key's response is past idem.ttl and the server refuses to run the
-// request again (idem.after_ttl = 'refuse'): 410 Gone in the IETF profile
-// (the resource the key named is gone for good), 409 in the seed profile,
-// which answers every "this key cannot be used for this" with 409.
-response expired(status_profile p)
+response store_unavailable(status_profile p, std::chrono::milliseconds retry_after)
 {
-    return make(p == status_profile::ietf ? 410 : 409, "idempotency-key-expired",
-                "The Idempotency-Key has expired",
-                "The request with this key finished too long ago for its response to be kept. "
-                "Use a new key to repeat the request.");
+    return make(protocol::problem::store_unavailable, p, retry_after);
 }
 
-response request_too_large(status_profile, std::size_t limit)
+response outcome_unknown(status_profile p, std::chrono::milliseconds retry_after)
 {
-    return make(413, "request-too-large", "Request body too large",
-                "The request body is over " + std::to_string(limit) + " bytes.");
-}
-
-response store_unavailable(status_profile, std::chrono::milliseconds retry_after)
-{
-    return make(503, "idempotency-store-unavailable", "Idempotency store unavailable",
-                "The request was not run. Retry after the delay in Retry-After.", retry_after);
-}
-
-response outcome_unknown(status_profile, std::chrono::milliseconds retry_after)
-{
-    return make(503, "outcome-unknown", "The outcome of this request is not known yet",
-                "Retry with the same Idempotency-Key: the request will not be run twice.",
-                retry_after);
+    return make(protocol::problem::outcome_unknown, p, retry_after);
 }
 
 }  // namespace problems
 
 const char *to_string(outcome o) noexcept
 {
-    switch (o)
-    {
-    case outcome::won_completed:
-        return "won_completed";
-    case outcome::replay:
-        return "replay";
-    case outcome::conflict:
-        return "conflict";
-    case outcome::timeout:
-        return "timeout";
-    case outcome::failed:
-        return "failed";
-    case outcome::completed_uncacheable:
-        return "completed_uncacheable";
-    case outcome::unguarded:
-        return "unguarded";
-    case outcome::rejected:
-        return "rejected";
-    case outcome::expired:
-        return "expired";
-    }
-    return "unknown";
+    // The generated names are string literals: data() is NUL-terminated.
+    return protocol::name(o).data();
 }
 
 const char *to_string(event e) noexcept

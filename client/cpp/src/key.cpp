@@ -11,7 +11,8 @@ namespace idem {
 
 namespace {
 
-constexpr char key_domain[] = "pg_idem key v1";  // 14 bytes, no terminator hashed
+// The protocol's domain separator (hashed without a terminator).
+constexpr std::string_view key_domain = protocol::key_domain;
 
 struct md_ctx_free
 {
@@ -126,24 +127,8 @@ key_status check_key_header(const std::vector<std::string_view> &values) noexcep
 
 const char *describe(key_status s) noexcept
 {
-    switch (s)
-    {
-    case key_status::ok:
-        return "The Idempotency-Key is valid.";
-    case key_status::absent:
-        return "This operation requires an Idempotency-Key header.";
-    case key_status::empty:
-        return "The Idempotency-Key header is empty.";
-    case key_status::duplicated:
-        return "The request has more than one Idempotency-Key header.";
-    case key_status::too_long:
-        return "The Idempotency-Key is longer than 255 bytes.";
-    case key_status::contains_nul:
-        return "The Idempotency-Key contains a NUL byte.";
-    case key_status::invalid_utf8:
-        return "The Idempotency-Key is not valid UTF-8.";
-    }
-    return "The Idempotency-Key is invalid.";
+    // The generated sentences are string literals: data() is NUL-terminated.
+    return protocol::describe(s).data();
 }
 
 digest sha256(std::string_view bytes)
@@ -160,7 +145,7 @@ digest cache_key(std::string_view principal, std::string_view method, std::strin
     if (st != key_status::ok)
         throw invalid_key(describe(st));
     hasher h;
-    h.update(key_domain, sizeof key_domain - 1);
+    h.update(key_domain.data(), key_domain.size());
     h.field(principal);
     h.field(method);
     h.field(target);

@@ -1,13 +1,19 @@
 // RAII wrappers over libpq: connection, result, transaction.
 #include <idem/pg.hpp>
 
+#include "pg_wire.hpp"
+
 #include <libpq-fe.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
 namespace idem::pg {
+
+using detail::statement_key;
+using detail::wire_params;
 
 namespace {
 
@@ -269,45 +275,6 @@ std::string connection::error_message() const
     return conn_ ? trimmed(PQerrorMessage(conn_.get())) : std::string("no connection");
 }
 
-namespace {
-
-// The parameter arrays libpq takes, pointing into params.
-struct wire_params
-{
-    std::vector<Oid> types;
-    std::vector<const char *> values;
-    std::vector<int> lengths, formats;
-
-    explicit wire_params(const std::vector<param> &params)
-    {
-        types.reserve(params.size());
-        values.reserve(params.size());
-        lengths.reserve(params.size());
-        formats.reserve(params.size());
-        for (const param &p : params)
-        {
-            types.push_back(p.type());
-            values.push_back(p.is_null() ? nullptr : p.value().data());
-            lengths.push_back(p.is_null() ? 0 : static_cast<int>(p.value().size()));
-            formats.push_back(static_cast<int>(p.wire_format()));
-        }
-    }
-    int count() const { return static_cast<int>(types.size()); }
-};
-
-// The cache key of a named statement: its text and its parameter types
-// (a name is bound to the types it was parsed with).
-std::string statement_key(std::string_view sql, const std::vector<param> &params)
-{
-    std::string key(sql);
-    key.push_back('\0');
-    for (const param &p : params)
-        key += std::to_string(p.type()) + ",";
-    return key;
-}
-
-}  // namespace
-
 result connection::checked(result res, std::string_view sql)
 {
     PGresult *r = res.native_handle();
@@ -347,17 +314,70 @@ result connection::exec_params(std::string_view sql, const std::vector<param> &p
                    sql);
 }
 
+bool connection::detect_pooler()
+{
+    if (behind_pooler_)
+        return *behind_pooler_;
+    // The pid of BackendKeyData is the server's own on a direct connection;
+    // PgBouncer (and other poolers) hand the client a key of their own.
+    const std::int64_t server_pid = exec("SELECT pg_catalog.pg_backend_pid()").get_int(0, 0);
+    behind_pooler_ = server_pid != backend_pid();
+    return *behind_pooler_;
+}
+
+namespace {
+// What a transaction-mode pooler does to named statements: the server
+// session already has the name (another client prepared it, 42P05) or
+// does not have it (this client prepared it on another server, 26000).
+bool pooler_clash(const sql_error &e)
+{
+    return e.sqlstate() == "42P05" || e.sqlstate() == "26000";
+}
+}  // namespace
+
 result connection::exec_prepared(std::string_view sql, const std::vector<param> &params,
                                  format result_format, preparation how)
 {
+    if (how == preparation::automatic)
+    {
+        if (!is_open())
+            throw broken_connection("connection is not open: " + error_message());
+        if (behind_pooler_.value_or(false))
+            return exec_params(sql, params, result_format);
+        const bool in_block = status() != transaction_status::idle;
+        try
+        {
+            // Not known yet: the first Parse on this connection asks for
+            // the pid in the same round trip.
+            return exec_named(sql, params, result_format, !behind_pooler_.has_value());
+        }
+        catch (const sql_error &e)
+        {
+            // Outside a transaction the failed Parse or Bind did nothing:
+            // from now on this connection sends its statements unnamed.
+            if (!pooler_clash(e))
+                throw;
+            behind_pooler_ = true;
+            prepared_.clear();
+            if (in_block)
+                throw;
+            return exec_params(sql, params, result_format);
+        }
+    }
     if (how == preparation::unnamed)
         return exec_params(sql, params, result_format);
+    return exec_named(sql, params, result_format, false);
+}
+
+result connection::exec_named(std::string_view sql, const std::vector<param> &params,
+                              format result_format, bool ask_pid)
+{
     if (!is_open())
         throw broken_connection("connection is not open: " + error_message());
     const std::string key = statement_key(sql, params);
     auto it = prepared_.find(key);
     if (it == prepared_.end())
-        return prepare_and_exec(key, sql, params, result_format);
+        return prepare_and_exec(key, sql, params, result_format, ask_pid);
     const wire_params w(params);
     const bool in_block = status() != transaction_status::idle;
     ++round_trips_;
@@ -378,12 +398,13 @@ result connection::exec_prepared(std::string_view sql, const std::vector<param> 
         prepared_.erase(key);
         if (in_block)
             throw;
-        return prepare_and_exec(key, sql, params, result_format);
+        return prepare_and_exec(key, sql, params, result_format, ask_pid);
     }
 }
 
 result connection::prepare_and_exec(const std::string &key, std::string_view sql,
-                                    const std::vector<param> &params, format result_format)
+                                    const std::vector<param> &params, format result_format,
+                                    bool ask_pid)
 {
     const std::string text(sql);
     const std::string name = "pg_idem_" + std::to_string(++statements_named_);
@@ -399,6 +420,9 @@ result connection::prepare_and_exec(const std::string &key, std::string_view sql
         ~leave() { PQexitPipelineMode(c); }
     } guard{c};
     ++round_trips_;
+    static const char pid_sql[] = "SELECT pg_catalog.pg_backend_pid()";
+    if (ask_pid && !PQsendQueryParams(c, pid_sql, 0, nullptr, nullptr, nullptr, nullptr, 0))
+        throw broken_connection(error_message());
     if (!PQsendPrepare(c, name.c_str(), text.c_str(), w.count(), w.types.data()) ||
         !PQsendQueryPrepared(c, name.c_str(), w.count(), w.values.data(), w.lengths.data(),
                              w.formats.data(), static_cast<int>(result_format)) ||
@@ -408,7 +432,7 @@ result connection::prepare_and_exec(const std::string &key, std::string_view sql
     // be drained before leaving it).
     result parsed, executed;
     bool parse_ok = false;
-    int stage = 0;  // 0: prepare result, 1: query result, 2: sync
+    int stage = ask_pid ? -1 : 0;  // -1: the pid, 0: prepare result, 1: query result, 2: sync
     for (;;)
     {
         PGresult *r = PQgetResult(c);
@@ -424,7 +448,16 @@ result connection::prepare_and_exec(const std::string &key, std::string_view sql
             PQclear(r);
             break;
         }
-        if (stage == 0)
+        if (stage == -1)
+        {
+            // The server's pid against the one the connection was given:
+            // they differ behind a pooler (see preparation::automatic).
+            if (st == PGRES_TUPLES_OK && PQntuples(r) == 1)
+                behind_pooler_ = std::atoi(PQgetvalue(r, 0, 0)) != PQbackendPID(c);
+            PQclear(r);
+            stage = 0;
+        }
+        else if (stage == 0)
         {
             parse_ok = st == PGRES_COMMAND_OK;
             parsed = result(r);
@@ -449,7 +482,11 @@ void connection::commit_statement()
     if (!is_open())
         throw broken_connection("connection lost before COMMIT: " + error_message());
     ++round_trips_;
-    result res(PQexec(conn_.get(), "COMMIT"));
+    check_commit(result(PQexec(conn_.get(), "COMMIT")));
+}
+
+void connection::check_commit(result res)
+{
     PGresult *r = res.native_handle();
     if (!r)
         throw unknown_outcome("connection lost while COMMIT was in flight: " + error_message());
@@ -477,29 +514,48 @@ void connection::commit_statement()
 
 // ---- transaction --------------------------------------------------------
 
+namespace {
+const char *begin_statement(isolation level)
+{
+    if (level == isolation::repeatable_read)
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    if (level == isolation::serializable)
+        return "BEGIN ISOLATION LEVEL SERIALIZABLE";
+    return "BEGIN";
+}
+}  // namespace
+
 transaction::transaction(connection &c, isolation level) : conn_(c)
 {
     if (c.status() != transaction_status::idle)
         throw std::logic_error("transaction: the connection is not idle");
-    const char *begin = "BEGIN";
-    if (level == isolation::repeatable_read)
-        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
-    else if (level == isolation::serializable)
-        begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
-    conn_.exec(begin);
+    begin_sql_ = begin_statement(level);
+    conn_.exec(begin_sql_);
     active_ = true;
 }
 
-transaction::~transaction()
+transaction::transaction(connection &c, isolation level, defer_begin_t) : conn_(c)
 {
-    if (!active_)
+    if (c.status() != transaction_status::idle)
+        throw std::logic_error("transaction: the connection is not idle");
+    begin_sql_ = begin_statement(level);
+    begin_pending_ = true;
+    active_ = true;
+}
+
+void transaction::send_begin()
+{
+    if (!begin_pending_)
         return;
+    begin_pending_ = false;
     try
     {
-        rollback();
+        conn_.exec(begin_sql_);
     }
     catch (...)
     {
+        active_ = false;
+        throw;
     }
 }
 
@@ -508,6 +564,7 @@ result transaction::exec_prepared(std::string_view sql, const std::vector<param>
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
+    send_begin();
     try
     {
         return conn_.exec_prepared(sql, params, result_format, how);
@@ -524,6 +581,7 @@ result transaction::exec_params(std::string_view sql, const std::vector<param> &
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
+    send_begin();
     try
     {
         return conn_.exec_params(sql, params, result_format);
@@ -539,6 +597,7 @@ void transaction::commit()
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
+    send_begin();
     active_ = false;
     conn_.commit_statement();
 }
@@ -548,6 +607,11 @@ void transaction::rollback()
     if (!active_)
         return;
     active_ = false;
+    if (begin_pending_)
+    {
+        begin_pending_ = false;  // nothing was sent
+        return;
+    }
     if (!conn_.is_open())
         return;
     conn_.exec("ROLLBACK");

@@ -45,9 +45,9 @@ run_result engine::run(const request_view &req, const handler &h) const
 
 void report_win(const engine &e, const claim_row &row)
 {
-    if (row.outcome == "claimed")
+    if (row.kind == protocol::server_outcome::claimed)
         e.emit(event::claimed);
-    else if (row.outcome == "recovered_ttl")
+    else if (row.kind == protocol::server_outcome::recovered_ttl)
         e.emit(event::recovered_ttl);
     else
         e.emit(event::recovered_abandoned);
@@ -139,6 +139,7 @@ void engine::store_standard(call &c, connection_handle &conn, const std::string 
             // Refused by the server (nothing stored), or no connection.
             emit(event::finalize_error);
             c.res.error = std::current_exception();
+            report(c.res.error, "finalize");
             if (conn && (!conn->is_open() || is_prepared_statement_error(e)))
                 conn->close();  // its statement names are not the server's: the pool drops it
             conn.reset();

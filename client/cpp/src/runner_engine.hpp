@@ -50,6 +50,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,10 +94,17 @@ inline constexpr unsigned store_attempts = 3;
 bool is_prepared_statement_error(const std::exception &e);
 
 // The max_wait of a claim: what is left of the budget, at most one slice.
-inline milliseconds wait_for(const config &cfg, clock::time_point deadline)
+// Unless configured, a follower behind a pooler waits in slices
+// (config::pooled_wait_slice): each slice's statement ends, and the pooler
+// gets the server connection back for the winner's finalize.
+inline milliseconds wait_for(const config &cfg, clock::time_point deadline,
+                             const pg::connection &conn)
 {
     const milliseconds left = remaining(deadline);
-    return cfg.server_wait_slice().count() > 0 ? std::min(left, cfg.server_wait_slice()) : left;
+    milliseconds slice = cfg.server_wait_slice();
+    if (!cfg.server_wait_slice_set() && conn.behind_pooler().value_or(false))
+        slice = config::pooled_wait_slice;
+    return slice.count() > 0 ? std::min(left, slice) : left;
 }
 
 // A wall-clock instant as timestamptz text, `d` from now.
@@ -106,7 +114,8 @@ std::string wall_clock_in(milliseconds d);
 // statements below.
 struct claim_row
 {
-    std::string outcome;
+    std::string outcome;  // as the server sent it (for messages)
+    protocol::server_outcome kind = protocol::server_outcome::unknown;
     std::string claim_id;
     std::int64_t generation = 0;
     std::optional<milliseconds> retry_after;
@@ -114,10 +123,17 @@ struct claim_row
     std::optional<std::string> headers_json;
     std::optional<std::string> body;
 
+    // The protocol's action for this outcome is run: the caller owns the claim.
     bool won() const
     {
-        return outcome == "claimed" || outcome == "recovered_ttl" ||
-               outcome == "recovered_abandoned";
+        return kind != protocol::server_outcome::unknown &&
+               protocol::info(kind).what == protocol::action::run;
+    }
+    // The stored response comes with it (replay, or stored not replayable).
+    bool stored() const
+    {
+        return kind == protocol::server_outcome::replay ||
+               kind == protocol::server_outcome::not_replayable;
     }
 };
 
@@ -141,9 +157,8 @@ struct server_features
     bool begin_wait = false;  // idem_begin(..., max_wait)
 };
 
-// The query that finds the features: the functions' argument counts in the
-// configured schema, or the extension's own.
-extern const char *const features_sql;
+// a is an older version than b ("0.2.0" < "0.3.0").
+bool version_older(std::string_view a, std::string_view b);
 
 // idem.max_response_bytes as shown by current_setting ("2MB", "1024", "-1").
 std::optional<std::size_t> parse_size_setting(const std::optional<std::string> &text);
@@ -246,7 +261,13 @@ public:
     const statements &sql() const { return sql_; }
     // The server's features, asked on conn the first time (then cached);
     // none when asking fails (asked again next time).
+    // The first use also checks the extension (runner_checks.cpp): a
+    // setup_error when it cannot be used as configured.
     server_features features(pg::connection &conn) const;
+    // runner::check(): the same on a connection of its own, asked anew.
+    void check() const;
+    // The on_error hook and the log line, once per cause.
+    void report(std::exception_ptr error, const char *during) const;
     connection_provider &provider() const { return provider_; }
     void emit(event e) const
     {
@@ -312,8 +333,12 @@ private:
     metrics *metrics_;
     const header_allowlist allow_;
     const statements sql_;
+    server_features check_row(const pg::result &r) const;
+
     mutable std::mutex features_mu_;
     mutable std::optional<server_features> features_;
+    mutable std::mutex logged_mu_;
+    mutable std::set<std::string> logged_;
 };
 
 // Reports which kind of win a claim row is.

@@ -183,6 +183,7 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
                 continue;  // rolled back by the server, claim still ours: run it again
             emit(event::finalize_error);
             c.res.error = std::current_exception();
+            report(c.res.error, "finalize");
             todo = after::pending;
             break;
         }
@@ -193,6 +194,7 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
             // transaction, and running it again here would run it twice.
             emit(event::finalize_error);
             c.res.error = std::current_exception();
+            report(c.res.error, "finalize");
             todo = after::pending;
             break;
         }

@@ -32,13 +32,18 @@ run_result engine::unavailable(call &c) const
 {
     if (!c.res.error)
         c.res.error = std::current_exception();
+    report(c.res.error, "claim");
     return answer(c, problems::store_unavailable(cfg_.profile(), cfg_.retry_after()),
                   outcome::failed);
 }
 
+// The wait budget is over: what the protocol answers for in_progress.
 run_result engine::timed_out(call &c) const
 {
-    return answer(c, problems::in_progress(cfg_.profile(), cfg_.retry_after()), outcome::timeout);
+    return answer(c,
+                  *problems::for_outcome(protocol::server_outcome::in_progress, cfg_.profile(),
+                                         cfg_.retry_after()),
+                  protocol::info(protocol::server_outcome::in_progress).result);
 }
 
 void engine::note_server_wait(call &c, const claim_row &row) const
@@ -85,39 +90,12 @@ std::optional<run_result> engine::prepare(const request_view &req, call &c, bool
     return std::nullopt;
 }
 
-server_features engine::features(pg::connection &conn) const
-{
-    {
-        std::lock_guard<std::mutex> lk(features_mu_);
-        if (features_)
-            return *features_;
-    }
-    server_features f;
-    try
-    {
-        pg::result r = conn.exec(features_sql, cfg_.schema());
-        f.claim_wait = r.get_bool(0, 0);
-        f.begin_wait = r.get_bool(0, 1);
-    }
-    catch (const pg::broken_connection &)
-    {
-        throw;  // the caller's error handling deals with the connection
-    }
-    catch (const std::exception &)
-    {
-        return f;  // e.g. no access to the catalog: poll, ask again later
-    }
-    std::lock_guard<std::mutex> lk(features_mu_);
-    features_ = f;
-    return f;
-}
-
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
     c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                  features(conn).claim_wait;
     c.server_wait = c.can_wait && c.seen_in_progress;
-    c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, conn) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
                                   pg::to_param(cfg_.lease()),
@@ -141,11 +119,18 @@ claim_row engine::lookup(call &c, pg::connection &conn) const
     return parse_row(qp(conn, sql_.lookup, params, pg::format::binary));
 }
 
-// What a non-winning row means for this request.
+// What a non-winning row means for this request: the protocol's action
+// for its outcome (protocol.toml's client column), with the protocol's
+// problem and run result.
 engine::next engine::on_row(call &c, const claim_row &row) const
 {
-    const status_profile p = cfg_.profile();
-    if (row.outcome == "replay")
+    if (row.kind == protocol::server_outcome::unknown)
+        throw pg::failure("pg_idem: unexpected claim outcome '" + row.outcome +
+                          "' (a newer server than this client knows)");
+    const protocol::outcome_info &info = protocol::info(row.kind);
+    switch (info.what)
+    {
+    case protocol::action::replay:
     {
         response r;
         r.status = row.status.value_or(200);
@@ -155,41 +140,25 @@ engine::next engine::on_row(call &c, const claim_row &row) const
         r.body = row.body.value_or("");
         c.res.response = std::move(r);
         c.res.replayed = true;
-        c.res.outcome = outcome::replay;
+        c.res.outcome = info.result;
         return next::answer;
     }
-    if (row.outcome == "not_replayable")
-    {
-        c.res.response = problems::not_replayable(p);
-        c.res.outcome = outcome::conflict;
+    case protocol::action::answer:
+        if (row.kind == protocol::server_outcome::cooldown)
+            emit(event::retryable_cooldown);
+        // The server's hint where it gives one (what is left of a cooldown).
+        c.res.response = *problems::for_outcome(row.kind, cfg_.profile(),
+                                                row.retry_after.value_or(cfg_.retry_after()));
+        c.res.outcome = info.result;
         return next::answer;
-    }
-    if (row.outcome == "mismatch")
-    {
-        c.res.response = problems::key_reused(p);
-        c.res.outcome = outcome::conflict;
-        return next::answer;
-    }
-    if (row.outcome == "expired")
-    {
-        // Finished longer ago than idem.ttl: the response is gone and the
-        // server refuses to run the request again (idem.after_ttl).
-        c.res.response = problems::expired(p);
-        c.res.outcome = outcome::expired;
-        return next::answer;
-    }
-    if (row.outcome == "cooldown")
-    {
-        emit(event::retryable_cooldown);
-        c.res.response = problems::cooldown(p, row.retry_after.value_or(cfg_.retry_after()));
-        c.res.outcome = outcome::failed;
-        return next::answer;
-    }
-    if (row.outcome == "in_progress")
+    case protocol::action::wait:
         return next::wait;
-    if (row.outcome == "absent" || row.outcome == "claimable")
+    case protocol::action::claim:
         return next::claim;
-    throw pg::failure("pg_idem: unexpected claim outcome '" + row.outcome + "'");
+    case protocol::action::run:
+        break;
+    }
+    throw pg::failure("pg_idem: claim outcome '" + row.outcome + "' where none was claimed");
 }
 
 void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) const

@@ -61,12 +61,14 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                              features(*conn).begin_wait;
                 c.server_wait = c.can_wait && c.seen_in_progress;
-                tx.emplace(*conn, level);
+                // BEGIN, the claim and the handler's savepoint go in one
+                // flight (libpq's pipeline mode).
+                tx.emplace(*conn, level, pg::defer_begin);
                 // Duplicates wait inside idem_begin for the first transaction
                 // (bounded by our budget as lock_timeout, the caller's setting
                 // restored by the same statement), and with max_wait for a
                 // lease-mode winner too.
-                c.asked = c.server_wait ? wait_for(cfg_, c.deadline) : milliseconds(0);
+                c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *conn) : milliseconds(0);
                 std::vector<pg::param> params{
                     pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
                     pg::to_param(lock_timeout_text(remaining(c.deadline)))};
@@ -76,8 +78,12 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                     params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
                 }
                 c.sent = clock::now();
-                row = parse_row(qp(*tx, c.server_wait ? sql_.begin_wait : sql_.begin, params,
-                                   pg::format::binary));
+                std::vector<pg::result> rs = tx->exec_pipeline(
+                    {pg::statement{c.server_wait ? sql_.begin_wait : sql_.begin, std::move(params),
+                                   pg::format::binary},
+                     pg::statement{"SAVEPOINT idem_handler", {}, pg::format::text}},
+                    cfg_.prepared_statements());
+                row = parse_row(rs.front());
             }
         }
         catch (const pg::lock_not_available &)
@@ -127,7 +133,6 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             response resp;
             try
             {
-                tx->exec("SAVEPOINT idem_handler");
                 c.res.handler_ran = true;
                 resp = h(*tx, ctx);
             }
@@ -169,17 +174,13 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             {
                 const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
                 std::optional<std::size_t> server_cap;
-                // Unnamed: no statement cache may abort the handler's transaction.
-                if (action == storage_action::finalize)
-                {
-                    pg::result r =
-                        qu(*tx, sql_.finalize, finalize_params(c, row.claim_id, resp, true));
-                    server_cap = parse_size_setting(r.get_optional_text(0, 1));
-                }
-                else if (action == storage_action::release)
+                // Unnamed: no statement cache may abort the handler's
+                // transaction. A finalize goes with COMMIT, in one flight.
+                const bool finalize = action == storage_action::finalize;
+                if (action == storage_action::release)
                     qu(*tx, sql_.release,
                        {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id)});
-                else
+                else if (action == storage_action::fail)
                 {
                     // A failure keeps none of the handler's writes but does
                     // keep the cooldown.
@@ -190,7 +191,16 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 }
                 try
                 {
-                    tx->commit();
+                    if (finalize)
+                    {
+                        std::vector<pg::result> rs = tx->commit_with(
+                            {pg::statement{sql_.finalize, finalize_params(c, row.claim_id, resp, true),
+                                           pg::format::text}},
+                            pg::preparation::unnamed);
+                        server_cap = parse_size_setting(rs.front().get_optional_text(0, 1));
+                    }
+                    else
+                        tx->commit();
                 }
                 catch (const pg::unknown_outcome &)
                 {
@@ -207,7 +217,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                             pg::to_param(lock_timeout_text(cfg_.follower_wait_budget()))};
                         claim_row seen = parse_row(qu(ptx, sql_.begin, params, pg::format::binary));
                         ptx.rollback();
-                        const bool stored = seen.outcome == "replay" || seen.outcome == "not_replayable";
+                        const bool stored = seen.stored();
                         if (!stored && action == storage_action::finalize)
                         {
                             // Not committed: nothing happened. Ask for a retry.
@@ -250,6 +260,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 // and tell the caller that its result was not stored.
                 emit(event::finalize_error);
                 c.res.error = std::current_exception();
+                report(c.res.error, "finalize");
                 keep_cooldown(c, tx, row.claim_id);
                 if (conn && !conn->is_open())
                     conn.reset();

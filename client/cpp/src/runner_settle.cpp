@@ -63,9 +63,9 @@ settled engine::settle_by_reading(call &c, const std::string &claim_id,
                                                 pg::to_param(pg::as_bytea(c.rh_bytes))},
                                                pg::format::binary));
             const bool ours = row.generation == 0 || generation == 0 || row.generation == generation;
-            if (row.outcome == "replay" && ours)
+            if (row.kind == protocol::server_outcome::replay && ours)
                 return settled::committed;
-            if (row.outcome == "not_replayable" && ours)
+            if (row.kind == protocol::server_outcome::not_replayable && ours)
                 return settled::committed_uncached;
             return settled::lost;
         }

@@ -54,6 +54,7 @@ claim_row parse_row(const pg::result &r)
                           std::to_string(r.size()));
     claim_row row;
     row.outcome = r.get_optional_text(0, 0).value_or("");
+    row.kind = protocol::parse_server_outcome(row.outcome);
     row.claim_id = r.get_optional_text(0, 1).value_or("");
     row.generation = r.get_optional_int(0, 2).value_or(0);
     if (auto ms = r.get_optional_int(0, 3))
@@ -117,16 +118,6 @@ statements::statements(const std::string &schema)
     release = "SELECT " + p + "idem_release($1, $2::uuid)";
     fail = "SELECT " + p + "idem_fail($1, $2::uuid, $3::interval)";
 }
-
-const char *const features_sql =
-    "SELECT COALESCE(pg_catalog.bool_or(p.proname = 'idem_claim'), false), "
-    "COALESCE(pg_catalog.bool_or(p.proname = 'idem_begin'), false) "
-    "FROM pg_catalog.pg_proc p "
-    "WHERE p.proname IN ('idem_claim', 'idem_begin') AND p.pronargs = 4 "
-    "AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype "
-    "AND p.pronamespace = CASE WHEN $1 = '' THEN (SELECT e.extnamespace "
-    "FROM pg_catalog.pg_extension e WHERE e.extname = 'pg_idem') "
-    "ELSE (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1) END";
 
 // idem.max_response_bytes as shown by current_setting ("2MB", "1024", "-1").
 std::optional<std::size_t> parse_size_setting(const std::optional<std::string> &text)

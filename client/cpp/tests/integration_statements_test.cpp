@@ -175,13 +175,69 @@ TEST(Statements, RoundTripsOfTheExactlyOnceModes)
     const std::uint64_t in_tx = pool.take_trips();
     // fenced: claim; BEGIN, finalize, COMMIT.
     EXPECT_EQ(fenced, 4u);
-    // in-transaction: BEGIN, idem_begin (lock_timeout set and restored in
-    // the same statement), SAVEPOINT, finalize, COMMIT.
-    EXPECT_EQ(in_tx, 5u);
+    // in-transaction, in libpq's pipeline mode: BEGIN + idem_begin
+    // (lock_timeout set and restored in the same statement) + SAVEPOINT in
+    // one flight, finalize + COMMIT in another (0.4.0: 5 round trips).
+    EXPECT_EQ(in_tx, 2u);
     RecordProperty("fenced_round_trips", static_cast<int>(fenced));
     RecordProperty("in_transaction_round_trips", static_cast<int>(in_tx));
     std::printf("round trips: fenced %llu, in-transaction %llu\n",
                 static_cast<unsigned long long>(fenced), static_cast<unsigned long long>(in_tx));
+}
+
+// ---- pipelines -----------------------------------------------------------------
+
+TEST(Pipeline, BeginStatementsAndCommitInTwoFlights)
+{
+    IDEM_REQUIRE_DB();
+    pg::connection c(idem_test::dsn());
+    const std::string key = idem_test::unique_key("pipeline");
+    const std::uint64_t before = c.round_trips();
+    {
+        pg::transaction tx(c, pg::isolation::read_committed, pg::defer_begin);
+        std::vector<pg::result> rs = tx.exec_pipeline(
+            {pg::statement{"SELECT $1::int + 1", {pg::to_param(1)}},
+             pg::statement{"INSERT INTO effects (key) VALUES ($1)", {pg::to_param(key)}}},
+            pg::preparation::automatic);
+        ASSERT_EQ(rs.size(), 2u);
+        EXPECT_EQ(rs[0].get_int(0, 0), 2);
+        EXPECT_EQ(c.status(), pg::transaction_status::in_transaction);
+        rs = tx.commit_with({pg::statement{"INSERT INTO effects (key) VALUES ($1) RETURNING 7",
+                                           {pg::to_param(key)}}});
+        ASSERT_EQ(rs.size(), 1u);
+        EXPECT_EQ(rs[0].get_int(0, 0), 7);
+        EXPECT_FALSE(tx.active());
+    }
+    EXPECT_EQ(c.status(), pg::transaction_status::idle);
+    // automatic asked the pid once (its own round trip), then two flights.
+    EXPECT_EQ(c.round_trips() - before, 3u);
+    EXPECT_EQ(idem_test::count_rows("effects", key), 2);
+}
+
+// A statement that fails in the flight with COMMIT: its error, COMMIT not
+// run, nothing committed, and the transaction rolls back.
+TEST(Pipeline, AFailingStatementKeepsCommitFromRunning)
+{
+    IDEM_REQUIRE_DB();
+    pg::connection c(idem_test::dsn());
+    const std::string key = idem_test::unique_key("pipeline-fail");
+    {
+        pg::transaction tx(c, pg::isolation::read_committed, pg::defer_begin);
+        tx.exec_pipeline({pg::statement{"INSERT INTO effects (key) VALUES ($1)", {pg::to_param(key)}}});
+        EXPECT_THROW(tx.commit_with({pg::statement{"SELECT 1 / 0", {}}}), pg::data_exception);
+        EXPECT_TRUE(tx.active());
+        EXPECT_EQ(c.status(), pg::transaction_status::in_error);
+    }
+    EXPECT_EQ(c.status(), pg::transaction_status::idle);
+    EXPECT_EQ(idem_test::count_rows("effects", key), 0);
+    // A statement that fails in the first flight: the statements after it
+    // did not run.
+    pg::transaction tx(c, pg::isolation::read_committed, pg::defer_begin);
+    EXPECT_THROW(tx.exec_pipeline({pg::statement{"SELECT 1 / 0", {}},
+                                   pg::statement{"INSERT INTO effects (key) VALUES ($1)", {pg::to_param(key)}}}),
+                 pg::data_exception);
+    tx.rollback();
+    EXPECT_EQ(idem_test::count_rows("effects", key), 0);
 }
 
 // ---- with pg_idem 0.3.0's server-side wait and expiry -------------------

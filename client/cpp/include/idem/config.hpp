@@ -6,8 +6,10 @@
 //                  .build();   // idem::config_error if anything is off
 #pragma once
 
+#include <idem/diagnostics.hpp>
 #include <idem/error.hpp>
 #include <idem/pg.hpp>
+#include <idem/protocol.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -18,16 +20,9 @@ namespace idem {
 
 using std::chrono::milliseconds;
 
-// Which status codes a follower and a refused request get.
-enum class status_profile
-{
-    // IETF Idempotency-Key draft: 400 missing/invalid key, 422 key reused
-    // with another request, 409 + Retry-After while the first is in progress.
-    ietf,
-    // The single-flight plan: 409 key reused with another request, 503 +
-    // Retry-After while pending.
-    seed
-};
+// status_profile, which status codes a follower and a refused request
+// get (ietf, the default, or seed), is the protocol's: idem/protocol.hpp,
+// docs/reference/protocol.md.
 
 // How a waiting follower learns that the winner has finished.
 enum class follower_wakeup
@@ -66,10 +61,19 @@ public:
     unsigned transaction_attempts() const noexcept { return tx_attempts_; }
     status_profile profile() const noexcept { return profile_; }
     follower_wakeup wakeup() const noexcept { return wakeup_; }
-    // Named (default) or unnamed prepared statements.
+    // Named, unnamed or automatic (the default: named, but unnamed behind
+    // a pooler) prepared statements.
     pg::preparation prepared_statements() const noexcept { return preparation_; }
-    // Longest single wait inside the server (0 = the whole budget).
+    // Longest single wait inside the server (0 = the whole budget). Unless
+    // set, 0 on a connection straight to the server and pooled_wait_slice
+    // behind a pooler.
     milliseconds server_wait_slice() const noexcept { return wait_slice_; }
+    bool server_wait_slice_set() const noexcept { return wait_slice_set_; }
+    static constexpr milliseconds pooled_wait_slice{200};
+    // Called with every store error the runner meets (see idem/diagnostics.hpp).
+    const error_hook &on_error() const noexcept { return on_error_; }
+    // Each cause of store errors is logged once to stderr (default true).
+    bool log_errors() const noexcept { return log_errors_; }
     // Lower-case names added to the replay allowlist.
     const std::vector<std::string> &replay_headers() const noexcept { return replay_headers_; }
     // Schema of the pg_idem functions; empty = found through search_path.
@@ -90,8 +94,11 @@ private:
     unsigned tx_attempts_ = 3;
     status_profile profile_ = status_profile::ietf;
     follower_wakeup wakeup_ = follower_wakeup::server_wait;
-    pg::preparation preparation_ = pg::preparation::named;
+    pg::preparation preparation_ = pg::preparation::automatic;
     milliseconds wait_slice_{0};
+    bool wait_slice_set_ = false;
+    error_hook on_error_;
+    bool log_errors_ = true;
     std::vector<std::string> replay_headers_;
     std::string schema_;
 };
@@ -129,20 +136,32 @@ public:
     builder &transaction_attempts(unsigned v);
     builder &profile(status_profile p);
     builder &wakeup(follower_wakeup w);
-    // How the runner sends its statements: named prepared statements,
-    // parsed once per connection (default), or unnamed ones, parsed with
-    // every execution, for transaction-mode poolers (PgBouncer before 1.21,
-    // or without max_prepared_statements).
+    // How the runner sends its statements: automatic (the default: named
+    // prepared statements, parsed once per connection, on a connection
+    // straight to the server; unnamed ones behind a pooler, found out once
+    // per connection), always named, or always unnamed (parsed with every
+    // execution; what a transaction-mode pooler without
+    // max_prepared_statements needs). The defaults work behind PgBouncer.
     builder &prepared_statements(pg::preparation how);
-    // The longest a follower waits inside one server call (default 0: its
-    // whole budget in one call). Each waiting follower holds a server
-    // connection while it waits: behind a pooler with fewer server
-    // connections than waiting followers, the winner's finalize would queue
-    // behind them. Slices let it through after at most one slice.
+    // The longest a follower waits inside one server call (0: its whole
+    // budget in one call). Each waiting follower holds a server connection
+    // while it waits: behind a pooler with fewer server connections than
+    // waiting followers, the winner's finalize would queue behind them.
+    // Slices let it through after at most one slice. Default: the whole
+    // budget on a connection straight to the server, slices of
+    // pooled_wait_slice (200 ms) behind a pooler.
     builder &server_wait_slice(milliseconds v);
-    // Settings for a transaction-mode pooler: unnamed statements and
-    // server waits in slices of 200 ms (true), or the defaults (false).
+    // Pooler settings whatever the connection looks like: unnamed
+    // statements and server waits in slices of 200 ms (true), or the
+    // defaults, which find a pooler by themselves (false).
     builder &pooler_mode(bool on);
+    // A function called with every store error (the 503s and the results
+    // that could not be stored), from the request's thread; it must not
+    // throw (what it throws is ignored).
+    builder &on_error(error_hook hook);
+    // Log each cause of store errors once, to stderr, with its SQLSTATE and
+    // the fix (default true); the hook is called either way.
+    builder &log_errors(bool on);
     // Adds a header to the replay allowlist (content-type,
     // content-disposition, content-language, cache-control, etag, location).
     // set-cookie, authorization and other session headers are refused.

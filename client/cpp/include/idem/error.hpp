@@ -26,6 +26,18 @@ public:
     using std::invalid_argument::invalid_argument;
 };
 
+// pg_idem cannot be used as configured: the extension is missing from the
+// database or older than idem::oldest_extension, its schema is neither on
+// the search_path nor configured, the role may not EXECUTE its functions,
+// or the lease is over the server's idem.max_lease. The message says which
+// and what to do. Thrown by runner::check(); held in run_result::error of
+// the requests answered 503 meanwhile.
+class setup_error : public std::runtime_error
+{
+public:
+    using std::runtime_error::runtime_error;
+};
+
 namespace pg {
 
 // Base of every error raised while talking to PostgreSQL.

@@ -45,13 +45,8 @@ struct response
     std::optional<std::string> header_value(std::string_view name) const;
 };
 
-// What the winner does with its handler's response.
-enum class storage_action
-{
-    finalize,  // 2xx, 400, 404, 409, 422: stored and replayed
-    release,   // 1xx, 3xx, 401, 403, other 4xx: not stored, key free at once
-    fail       // 5xx, 408, 429: not stored, key in cooldown
-};
+// What the winner does with its handler's response: the protocol's
+// storage rules (protocol::classify), stated in protocol.toml.
 storage_action classify(int status) noexcept;
 
 // The marker added to every replayed response.
@@ -95,18 +90,30 @@ response make_problem_response(const problem &p);
 // Retry-After in whole seconds, rounded up, at least 1.
 std::chrono::seconds retry_after_seconds(std::chrono::milliseconds d) noexcept;
 
-// The answers the runner gives instead of running the handler, per profile.
+// The answers the runner gives instead of running the handler, per profile:
+// status, type, title and detail from the protocol's problem table
+// (docs/reference/protocol.md).
 namespace problems {
+// Any of the protocol's problems; retry_after adds Retry-After (problems
+// whose table entry has none ignore it).
+response make(protocol::problem which, status_profile p,
+              std::optional<std::chrono::milliseconds> retry_after = std::nullopt,
+              std::string detail = {});
+// What the runner answers for a server outcome whose action is answer (or
+// wait, once the wait budget is over); retry_after is the server's hint or
+// the configured one. std::nullopt for the other actions.
+std::optional<response> for_outcome(protocol::server_outcome o, status_profile p,
+                                    std::chrono::milliseconds retry_after);
 response missing_key(status_profile p);
 response invalid_key(status_profile p, key_status why);
-response key_reused(status_profile p);  // 422 (ietf) / 409 (seed)
-response in_progress(status_profile p, std::chrono::milliseconds retry_after);  // 409 / 503
-response cooldown(status_profile p, std::chrono::milliseconds retry_after);     // 503
-response not_replayable(status_profile p);                                      // 409
-response expired(status_profile p);                                             // 410 / 409
-response request_too_large(status_profile p, std::size_t limit);               // 413
-response store_unavailable(status_profile p, std::chrono::milliseconds retry_after);  // 503
-response outcome_unknown(status_profile p, std::chrono::milliseconds retry_after);    // 503
+response key_reused(status_profile p);
+response in_progress(status_profile p, std::chrono::milliseconds retry_after);
+response cooldown(status_profile p, std::chrono::milliseconds retry_after);
+response not_replayable(status_profile p);
+response expired(status_profile p);
+response request_too_large(status_profile p, std::size_t limit);
+response store_unavailable(status_profile p, std::chrono::milliseconds retry_after);
+response outcome_unknown(status_profile p, std::chrono::milliseconds retry_after);
 }  // namespace problems
 
 }  // namespace idem

@@ -8,6 +8,8 @@
 //   request hash = SHA-256(body)
 #pragma once
 
+#include <idem/protocol.hpp>
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -18,20 +20,11 @@ namespace idem {
 
 using digest = std::array<std::uint8_t, 32>;
 
-// The longest key accepted, in bytes.
-inline constexpr std::size_t max_key_bytes = 255;
+// The longest key accepted, in bytes (the protocol's).
+inline constexpr std::size_t max_key_bytes = protocol::max_key_bytes;
 
-// What is wrong with the Idempotency-Key header(s) of a request, if anything.
-enum class key_status
-{
-    ok,
-    absent,        // no Idempotency-Key header
-    empty,         // present but empty
-    duplicated,    // several Idempotency-Key header fields
-    too_long,      // over max_key_bytes
-    contains_nul,  // a NUL byte
-    invalid_utf8   // not well-formed UTF-8
-};
+// key_status, what is wrong with a request's Idempotency-Key header(s) if
+// anything, is the protocol's (idem/protocol.hpp).
 
 // Checks one key value (never returns absent or duplicated).
 key_status check_key(std::string_view key) noexcept;

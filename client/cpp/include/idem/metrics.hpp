@@ -1,21 +1,12 @@
 // pg_idem C++ client: metrics callbacks (no-op by default).
 #pragma once
 
+#include <idem/protocol.hpp>
+
 namespace idem {
 
-// Exactly one per run() call.
-enum class outcome
-{
-    won_completed,          // this request ran the handler and recorded the result
-    replay,                 // a stored response was replayed
-    conflict,               // key reused with another request, or stored not replayable
-    timeout,                // still in progress when the wait budget ran out
-    failed,                 // 5xx/408/429 (cooldown), cooldown hit, store error, unresolved outcome
-    completed_uncacheable,  // ran; the response was over the cap and stored not replayable
-    unguarded,              // no key: ran without idempotency
-    rejected,               // invalid or missing key, or request over the cap
-    expired                 // the key finished longer ago than idem.ttl and is not run again
-};
+// idem::outcome, exactly one per run() call, is the protocol's
+// (idem/protocol.hpp): its names are the metrics' outcome labels.
 
 // Any number per run() call.
 enum class event

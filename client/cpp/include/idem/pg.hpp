@@ -173,7 +173,25 @@ enum class preparation
     named,
     // Parsed with every execution as the unnamed statement (what
     // PQexecParams does): works through any pooler.
-    unnamed
+    unnamed,
+    // Named on a connection straight to the server, unnamed behind a
+    // pooler (the default of the runner). The first statement sent this
+    // way asks the server for its backend's pid: a pooler answers the
+    // client with a pid of its own, so the two differ behind one (asked
+    // with the connection's first Parse, in the same round trip). A named
+    // statement that still meets a
+    // pooler's clash (42P05 "already exists", 26000 "does not exist")
+    // outside a transaction switches the connection to unnamed statements
+    // and is sent again, unnamed.
+    automatic
+};
+
+// One statement of a pipeline (connection::exec_pipeline).
+struct statement
+{
+    std::string sql;
+    std::vector<param> params;
+    format result_format = format::text;
 };
 
 // One libpq connection. Not thread safe: use one per thread (the runner
@@ -214,12 +232,28 @@ public:
                          format result_format = format::text,
                          preparation how = preparation::named);
 
+    // Sends the statements in one flight (libpq's pipeline mode, one Sync:
+    // one round trip) and returns their results in order. Each is prepared
+    // as `how` says; `automatic` asks for the backend pid first (once per
+    // connection, its own round trip) so that the flight never meets a
+    // pooler's name clash. The first statement that fails throws as exec
+    // would; the ones after it were not run. Outside a transaction the
+    // statements run in one implicit transaction.
+    std::vector<result> exec_pipeline(const std::vector<statement> &stmts,
+                                      preparation how = preparation::unnamed);
+
     // Messages exchanges with the server (statements, COMMIT, BEGIN...)
     // since the connection was opened: a statement's Parse and Execute sent
     // together count once. For tests and diagnostics.
     std::uint64_t round_trips() const noexcept { return round_trips_; }
     // Statements this connection has prepared under a name.
     std::size_t prepared_count() const noexcept { return prepared_.size(); }
+    // Whether this connection goes through a pooler, as preparation::automatic
+    // found out (std::nullopt until it asked; true once a named statement met
+    // a pooler's clash).
+    std::optional<bool> behind_pooler() const noexcept { return behind_pooler_; }
+    // Asks now (one round trip) unless known; the answer is kept.
+    bool detect_pooler();
 
     bool is_open() const noexcept;
     transaction_status status() const noexcept;
@@ -239,11 +273,20 @@ private:
     connection(adopt_tag, pg_conn *conn);
     // Runs COMMIT and maps a lost connection to unknown_outcome.
     void commit_statement();
+    // The same for a COMMIT's result.
+    void check_commit(result res);
     // Turns a finished statement's result into a result or an exception.
     result checked(result res, std::string_view sql);
     // Parse (named) + Bind/Execute + Sync in one pipeline; records the name.
+    // ask_pid: the server's pid in the same round trip (automatic).
     result prepare_and_exec(const std::string &key, std::string_view sql,
-                            const std::vector<param> &params, format result_format);
+                            const std::vector<param> &params, format result_format,
+                            bool ask_pid);
+    result exec_named(std::string_view sql, const std::vector<param> &params,
+                      format result_format, bool ask_pid);
+    // The pipeline's results, unchecked (lost: the connection died in it).
+    std::vector<result> send_pipeline(const std::vector<statement> &stmts, preparation how,
+                                      bool &lost);
 
     struct deleter
     {
@@ -253,6 +296,7 @@ private:
     std::unordered_map<std::string, std::string> prepared_;  // sql + types -> name
     std::uint64_t round_trips_ = 0;
     std::uint64_t statements_named_ = 0;
+    std::optional<bool> behind_pooler_;
 };
 
 enum class isolation
@@ -265,10 +309,20 @@ enum class isolation
 // BEGIN ... COMMIT on a connection. The destructor rolls back a
 // transaction that was neither committed nor rolled back, and swallows any
 // error doing so (the connection may be gone).
+// BEGIN can ride with the first pipeline (defer_begin): one round trip
+// fewer.
+struct defer_begin_t
+{
+};
+inline constexpr defer_begin_t defer_begin{};
+
 class transaction
 {
 public:
     explicit transaction(connection &c, isolation level = isolation::read_committed);
+    // BEGIN is sent with the first statement: in the same flight by
+    // exec_pipeline and commit_with, before it by the others.
+    transaction(connection &c, isolation level, defer_begin_t);
     transaction(const transaction &) = delete;
     transaction &operator=(const transaction &) = delete;
     ~transaction();
@@ -284,17 +338,32 @@ public:
                          format result_format = format::text,
                          preparation how = preparation::named);
 
+    // The statements in one flight (connection::exec_pipeline), BEGIN first
+    // when it is still to be sent.
+    std::vector<result> exec_pipeline(const std::vector<statement> &stmts,
+                                      preparation how = preparation::unnamed);
+
     // COMMIT. unknown_outcome when the connection is lost while it is in
     // flight; sql_error (rolled back for sure) when the server refuses it,
     // e.g. a deferred constraint or a serialization failure at commit.
     void commit();
+    // The statements and COMMIT in one flight; their results. A statement
+    // that fails throws its error and COMMIT did not run (the transaction
+    // is aborted: roll it back); a refused COMMIT or a lost connection is
+    // as commit() says.
+    std::vector<result> commit_with(const std::vector<statement> &stmts,
+                                    preparation how = preparation::unnamed);
     void rollback();
     bool active() const noexcept { return active_; }
     connection &conn() noexcept { return conn_; }
 
 private:
+    void send_begin();
+
     connection &conn_;
     bool active_ = false;
+    const char *begin_sql_ = "BEGIN";
+    bool begin_pending_ = false;
 };
 
 } // namespace idem::pg

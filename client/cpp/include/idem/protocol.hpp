@@ -54,6 +54,8 @@ namespace protocol {
 inline constexpr std::string_view key_domain = "pg_idem key v1";
 inline constexpr std::size_t max_key_bytes = 255;
 inline constexpr std::string_view problem_base = "urn:pg-idem:problem:";
+// How many idem::outcome values there are (an array of counters per outcome).
+inline constexpr std::size_t outcome_count = 9;
 
 // Problems a client answers instead of running the handler.
 enum class problem

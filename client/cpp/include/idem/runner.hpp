@@ -35,6 +35,7 @@
 #pragma once
 
 #include <idem/config.hpp>
+#include <idem/diagnostics.hpp>
 #include <idem/error.hpp>
 #include <idem/http.hpp>
 #include <idem/key.hpp>
@@ -137,7 +138,9 @@ public:
                           pg::isolation level = pg::isolation::read_committed) const;
 
     // Exactly-once, one transaction: BEGIN; idem_begin; h; idem_finalize;
-    // COMMIT. Duplicates block in idem_begin (at most the wait budget, as
+    // COMMIT, with BEGIN and idem_begin in one flight and idem_finalize and
+    // COMMIT in another (libpq's pipeline mode): two round trips besides
+    // h's own. Duplicates block in idem_begin (at most the wait budget, as
     // lock_timeout) and then replay. If the finalize or the COMMIT fails
     // after h returned, everything rolls back together but a cooldown,
     // the call answers 503 outcome-unknown (with `error`) and h is not run
@@ -146,6 +149,15 @@ public:
                                   pg::isolation level = pg::isolation::read_committed) const;
 
     const config &settings() const noexcept;
+
+    // Checks, on a connection of its own, that pg_idem can be used as
+    // configured (idem/diagnostics.hpp): installed, not older than
+    // idem::oldest_extension, its schema on the search_path (or
+    // configured), EXECUTE on its functions, the lease and cooldown within
+    // idem.max_lease. Throws idem::setup_error saying what to do, or the
+    // connection's error. Call it at start-up to refuse to start; a runner
+    // makes the same check at its first request either way.
+    void check() const;
 
 private:
     std::shared_ptr<const detail::engine> engine_;
