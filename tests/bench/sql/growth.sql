@@ -12,7 +12,7 @@ BEGIN
     TRUNCATE idem_keys;
     INSERT INTO idem_keys (cache_key, scope, state, request_hash, claim_id, generation,
                            created_at, finished_at, response_status, response_headers, response_body)
-    SELECT sha256(int8send(i)), current_user, 'completed',
+    SELECT sha256(int8send(i)), current_user::text::regrole, 'completed',
            '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9',
            md5(int8send(i))::uuid, i, t, t, 200,
            '{"content-type": "application/json"}', '{"id": 42, "status": "created"}'

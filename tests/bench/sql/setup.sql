@@ -220,7 +220,7 @@ BEGIN
         EXECUTE format($f$
             INSERT INTO %s (cache_key, scope, state, request_hash, claim_id, generation,
                             finished_at, response_status, response_headers, response_body)
-            SELECT sha256(int8send(i)), current_user::text::regrole::oid, 'completed',
+            SELECT sha256(int8send(i)), current_user::text::regrole, 'completed',
                    '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9',
                    md5(int8send(i))::uuid, i, clock_timestamp(), 200,
                    '{"content-type": "application/json"}', '{"id": 42, "status": "created"}'
@@ -229,7 +229,7 @@ BEGIN
         EXECUTE format($f$
             INSERT INTO %s (cache_key, scope, state, request_hash, claim_id, generation,
                             lease_expires_at)
-            SELECT sha256(int8send(i)), current_user::text::regrole::oid, 'pending',
+            SELECT sha256(int8send(i)), current_user::text::regrole, 'pending',
                    '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9',
                    md5(int8send(i))::uuid, i, clock_timestamp() + interval '1 hour'
               FROM generate_series(1, $1) i$f$, tbl) USING n;
@@ -238,7 +238,7 @@ BEGIN
         -- per-row cost would make seeding a drain run slower than the run).
         INSERT INTO idem_outbox_queue (topic, message_key, key_hash, payload, available_at, scope)
         SELECT 'orders', 'order-' || i, sha256(('order-' || i)::bytea),
-               '{"id": 42, "status": "created"}', clock_timestamp(), current_user::text::regrole::oid
+               '{"id": 42, "status": "created"}', clock_timestamp(), current_user::text::regrole
           FROM generate_series(1, n) i;
     END IF;
 END
