@@ -109,10 +109,12 @@ class _Call:
     """Per request state."""
 
     def __init__(self, cfg, req):
-        # The namespace (a service's name) goes with the method: a method
-        # is a token without spaces, so "payments POST" is no other pair's.
-        method = req.method if cfg.namespace is None else cfg.namespace + " " + req.method
-        self.ck = cache_key(req.principal, method, req.target, req.keys[0])
+        # The namespace (a service's name, no spaces) prefixes the target,
+        # "payments /orders", as in the Node client, so replicas of one
+        # service in two languages share their keys; no raw target has a
+        # space, so it is no other pair's.
+        target = req.target if cfg.namespace is None else cfg.namespace + " " + req.target
+        self.ck = cache_key(req.principal, req.method, target, req.keys[0])
         self.rh = request_hash(req.body if cfg.fingerprint is None else cfg.fingerprint(req.body))
         self.deadline = time.monotonic() + cfg.follower_wait_budget
         self.iterations = 0
