@@ -66,6 +66,15 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+/* This backend's PGPROC number, and LockHeldByMe, across major versions. */
+#if PG_VERSION_NUM >= 170000
+#define MY_PROC_NUMBER MyProcNumber
+#define LOCK_HELD_BY_ME(tag, mode) LockHeldByMe(tag, mode, false)
+#else
+#define MY_PROC_NUMBER (MyProc->pgprocno)
+#define LOCK_HELD_BY_ME(tag, mode) LockHeldByMe(tag, mode)
+#endif
+
 /* Entries per backend slot: the attempts one backend may hold at once. */
 #define INBOX_LOCKS_PER_BACKEND 16
 
@@ -191,7 +200,7 @@ closes_cycle(int entry)
 	{
 		int			holder = registry->entries[entry].holder;
 
-		if (holder == MyProc->pgprocno)
+		if (holder == MY_PROC_NUMBER)
 			return true;
 		if (holder < 0)
 			return false;
@@ -210,9 +219,9 @@ release_all(int code, Datum arg)
 		return;
 	LWLockAcquire(registry->lock, LW_EXCLUSIVE);
 	for (i = 0; i < registry->nentries; i++)
-		if (registry->entries[i].holder == MyProc->pgprocno)
+		if (registry->entries[i].holder == MY_PROC_NUMBER)
 			registry->entries[i].holder = -1;
-	registry->waiting_for[MyProc->pgprocno] = -1;
+	registry->waiting_for[MY_PROC_NUMBER] = -1;
 	LWLockRelease(registry->lock);
 	ConditionVariableBroadcast(&registry->released);
 }
@@ -222,7 +231,7 @@ static void
 stop_waiting(void)
 {
 	LWLockAcquire(registry->lock, LW_EXCLUSIVE);
-	registry->waiting_for[MyProc->pgprocno] = -1;
+	registry->waiting_for[MY_PROC_NUMBER] = -1;
 	LWLockRelease(registry->lock);
 	ConditionVariableCancelSleep();
 }
@@ -239,7 +248,7 @@ take_entry(Oid scope, const uint8 *key)
 
 		if (e->holder < 0)
 		{
-			e->holder = MyProc->pgprocno;
+			e->holder = MY_PROC_NUMBER;
 			e->database = MyDatabaseId;
 			e->scope = scope;
 			memcpy(e->key, key, IDEM_DIGEST_LEN);
@@ -271,7 +280,7 @@ wait_tag(LOCKTAG *tag, Oid scope, const uint8 *key)
 static void
 release_wait_lock(LOCKTAG *tag)
 {
-	if (LockHeldByMe(tag, ExclusiveLock))
+	if (LOCK_HELD_BY_ME(tag, ExclusiveLock))
 		(void) LockRelease(tag, ExclusiveLock, true);
 }
 
@@ -325,7 +334,7 @@ idem_inbox_lock(Oid scope, const uint8 *key)
 			{
 				bool		taken = take_entry(scope, key);
 
-				registry->waiting_for[MyProc->pgprocno] = -1;
+				registry->waiting_for[MY_PROC_NUMBER] = -1;
 				LWLockRelease(registry->lock);
 				if (!taken)
 					ereport(ERROR,
@@ -341,7 +350,7 @@ idem_inbox_lock(Oid scope, const uint8 *key)
 			release_wait_lock(&tag);
 			if (closes_cycle(held))
 			{
-				registry->waiting_for[MyProc->pgprocno] = -1;
+				registry->waiting_for[MY_PROC_NUMBER] = -1;
 				LWLockRelease(registry->lock);
 				ereport(ERROR,
 						(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
@@ -349,7 +358,7 @@ idem_inbox_lock(Oid scope, const uint8 *key)
 						 errdetail("This session waits for an inbox message whose attempt another session holds, and that session waits for one this session holds."),
 						 errhint("Account for a failed attempt (idem_inbox_fail and COMMIT) before beginning another message.")));
 			}
-			registry->waiting_for[MyProc->pgprocno] = held;
+			registry->waiting_for[MY_PROC_NUMBER] = held;
 			LWLockRelease(registry->lock);
 			check_lock_timeout(deadline);
 			ConditionVariablePrepareToSleep(&registry->released);
@@ -380,7 +389,7 @@ idem_inbox_unlock(Oid scope, const uint8 *key)
 		return;
 	LWLockAcquire(registry->lock, LW_EXCLUSIVE);
 	held = find_entry(scope, key);
-	if (held >= 0 && registry->entries[held].holder == MyProc->pgprocno)
+	if (held >= 0 && registry->entries[held].holder == MY_PROC_NUMBER)
 		registry->entries[held].holder = -1;
 	else
 		held = -1;
