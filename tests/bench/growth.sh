@@ -5,12 +5,14 @@
 #
 #   bash tests/bench/growth.sh [quick|medium|full]     (make bench runs it too)
 #
-# Three curves, each against a baseline measured in the same run:
+# Three curves and a probe, each against a baseline measured in the same run:
 #   clients   cycle (pg_idem / the minimal floor's bare INSERT+UPDATE), replay
 #             (pg_idem / a bare primary-key SELECT of the same rows) and a hot
 #             key (every client the same completed key: replays / the bare
 #             SELECT of it) at 1, 4, 16, 64 and 128 clients, variants
 #             interleaved within each round
+#   shapes    the replay's call shapes by server CPU per call (the one the
+#             clients send, a composite value, a subquery) / the bare SELECT
 #   pile-up   the claim's p50/p99 with N keys in idem_keys, quiet and then
 #             while idem_cleanup deletes a backlog of N/2 keys past their
 #             horizon at full speed (one session calling it back to back
@@ -31,9 +33,9 @@ RESULTS=$BENCH/results
 
 MODE=${1:-quick}
 case $MODE in
-    quick)  ROUNDS=2 SECS=2 PILE_SECS=5 SIZES="100000 1000000" WAKE_ROUNDS=5 ;;
-    medium) ROUNDS=3 SECS=3 PILE_SECS=10 SIZES="1000000 3000000" WAKE_ROUNDS=10 ;;
-    full)   ROUNDS=3 SECS=10 PILE_SECS=30 SIZES="1000000 10000000" WAKE_ROUNDS=30 ;;
+    quick)  ROUNDS=2 SECS=2 SHAPE_CALLS=30000 PILE_SECS=5 SIZES="100000 1000000" WAKE_ROUNDS=5 ;;
+    medium) ROUNDS=3 SECS=3 SHAPE_CALLS=100000 PILE_SECS=10 SIZES="1000000 3000000" WAKE_ROUNDS=10 ;;
+    full)   ROUNDS=3 SECS=10 SHAPE_CALLS=300000 PILE_SECS=30 SIZES="1000000 10000000" WAKE_ROUNDS=30 ;;
     *) echo "usage: $0 [quick|medium|full]" >&2; exit 2 ;;
 esac
 CLIENT_COUNTS=${GROWTH_CLIENTS:-"1 4 16 64 128"}
@@ -121,6 +123,31 @@ for round in $(seq 1 "$ROUNDS"); do
         pair "$round" hotreplay "$clients" floor
     done
     echo "round $round of $ROUNDS done ($(($(date +%s) - START_TIME)) s)"
+done
+
+# ---------------------------------------------------------------------------
+# The replay's call shapes, by the server's CPU per call (what the shape
+# itself costs; one client, a fixed number of calls, the postmaster's
+# reaped children's CPU time read around each run): SELECT * FROM
+# idem_claim(...) as the clients send it, one composite value, a subquery
+# scan, and the bare primary-key SELECT.
+say "replay shapes: server CPU per call, $ROUNDS rounds x $SHAPE_CALLS calls"
+echo "round,shape,calls,cpu_ticks,ticks_per_s" >"$OUT/shapes.csv"
+POSTMASTER=$(head -1 "$WORK/data/postmaster.pid")
+reaped_cpu() { awk '{print $16 + $17}' "/proc/$POSTMASTER/stat"; }
+q -c "SELECT bench.reset('idem_keys', 'completed', 10000)" -c "VACUUM ANALYZE idem_keys" >/dev/null
+for round in $(seq 1 "$ROUNDS"); do
+    for shape in replay-floor replay-pg_idem replayshape-composite replayshape-subquery; do
+        c0=$(reaped_cpu)
+        client pgbench -n -M prepared -t "$SHAPE_CALLS" -c 1 -f "$SCRIPTS/$shape.sql" >/dev/null 2>&1 || true
+        # The backend is reaped a moment after pgbench exits.
+        for _ in $(seq 1 50); do
+            [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'")" = 1 ] && break
+            sleep 0.1
+        done
+        sleep 0.2
+        echo "$round,$shape,$SHAPE_CALLS,$(($(reaped_cpu) - c0)),$(getconf CLK_TCK)" >>"$OUT/shapes.csv"
+    done
 done
 
 # ---------------------------------------------------------------------------

@@ -91,6 +91,29 @@ def pileup_section(rows, lines, plots_in):
     lines.append("")
 
 
+def shapes_section(rows, lines):
+    if not rows:
+        return
+    lines.append("## The replay's call shapes\n")
+    lines.append("Server CPU per call (one client, the backend's CPU time after it exits), "
+                 "median over the rounds, and its ratio to the bare primary-key SELECT's.\n")
+    per = defaultdict(list)
+    for r in rows:
+        per[r["shape"]].append(int(r["cpu_ticks"]) / int(r["ticks_per_s"]) / int(r["calls"]) * 1e6)
+    base = statistics.median(per.get("replay-floor", [float("nan")]))
+    names = {"replay-floor": "bare SELECT (baseline)",
+             "replay-pg_idem": "SELECT * FROM idem_claim(...) (what the clients send)",
+             "replayshape-composite": "SELECT idem_claim(...) (one composite value)",
+             "replayshape-subquery": "SELECT (r).* FROM (SELECT idem_claim(...) r OFFSET 0) s"}
+    lines.append("| shape | µs of server CPU per call | / bare SELECT |")
+    lines.append("|---|---|---|")
+    for shape, label in names.items():
+        if shape in per:
+            us = statistics.median(per[shape])
+            lines.append(f"| {label} | {us:.1f} | {us / base:.2f} |")
+    lines.append("")
+
+
 def wakeup_section(rows, lines):
     lines.append("## Follower wake-up\n")
     lines.append("Time from the winner's finalize to each follower's answer (followers "
@@ -119,10 +142,11 @@ def main():
              "run, the variants interleaved. The machine:", ""]
     lines += [f"- {m}" for m in machine] + [""]
     clients_section(read(os.path.join(out, "clients.csv")), lines, os.path.join(out, "clients.dat"))
+    shapes_section(read(os.path.join(out, "shapes.csv")), lines)
     pileup_section(read(os.path.join(out, "pileup.csv")), lines, os.path.join(out, "pileup.dat"))
     wakeup_section(read(os.path.join(out, "wakeup.csv")), lines)
     os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
-    for name in ("clients.csv", "pileup.csv", "wakeup.csv", "machine.txt"):
+    for name in ("clients.csv", "shapes.csv", "pileup.csv", "wakeup.csv", "machine.txt"):
         if os.path.exists(os.path.join(out, name)):
             shutil.copy(os.path.join(out, name), os.path.join(results, "raw", "growth", name))
     if shutil.which("gnuplot"):
