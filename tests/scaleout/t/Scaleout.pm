@@ -10,7 +10,10 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 # Deploy $n partitions (a power of 2) and a router; extra postgresql.conf
-# lines of the partitions in @conf.  Returns ($router, @partitions).
+# lines of the partitions in @conf.  Returns ($router, @partitions).  The
+# partitions preload pg_idem, as production servers do (the inbox's cap
+# lives in shared memory), without the cleanup worker, which would write
+# while the tests read.
 sub deploy
 {
 	my ($n, @conf) = @_;
@@ -20,7 +23,8 @@ sub deploy
 		my $node = PostgreSQL::Test::Cluster->new("part$i");
 		$node->init;
 		$node->append_conf('postgresql.conf',
-			join('', map { "$_\n" } 'max_connections = 60', @conf));
+			join('', map { "$_\n" } 'max_connections = 60',
+				"shared_preload_libraries = 'pg_idem'", 'idem.cleanup_worker = off', @conf));
 		$node->start;
 		# A database named after the partition, so that PL/Proxy's errors name it.
 		$node->safe_psql('postgres', "CREATE DATABASE idem_p$i");
