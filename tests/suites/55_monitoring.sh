@@ -102,7 +102,7 @@ SQL
     expect pg_idem_keys_inflight "" "SELECT count(*) FROM idem_inflight"
     expect pg_idem_keys_stuck "" "SELECT count(*) FROM idem_stuck"
     expect pg_idem_keys_cooling "" "SELECT count(*) FROM idem_cooling"
-    stuck_scope=$("${sql[@]}" -d $db -c "SELECT scope::text FROM idem_stuck LIMIT 1")
+    stuck_scope=$("${sql[@]}" -d $db -c "SET search_path = idem; SELECT scope::text FROM idem_stuck LIMIT 1")
     expect pg_idem_stuck_by_scope_keys "scope=\"$stuck_scope\"" \
         "SELECT count(*) FROM idem_stuck WHERE scope::text = '$stuck_scope'"
     expect pg_idem_outbox_backlog "" "SELECT count(*) FROM idem_outbox WHERE state = 'pending'"
@@ -118,14 +118,21 @@ SQL
     local series missing=
     for series in $(/usr/bin/python3 - "$dir/pg_idem_queries.yaml" <<'PY'
 import re, sys
-query = None
+# Every column of a query that is not a LABEL is a series query_column.
+query = column = None
+series = []
 for line in open(sys.argv[1]):
     m = re.match(r'^(pg_idem_\w+):', line)
     if m:
         query = m.group(1)
     m = re.match(r'^\s+- (\w+):', line)
-    if m and query and m.group(1) not in ('datname', 'counter'):
-        print(f"{query}_{m.group(1)}")
+    if m and query:
+        column = m.group(1)
+        series.append(f"{query}_{column}")
+    m = re.match(r'^\s+usage:\s*"(\w+)"', line)
+    if m and column and m.group(1) == "LABEL":
+        series.remove(f"{query}_{column}")
+print("\n".join(series))
 PY
     ); do
         grep -qE "^$series\{" "$metrics" || missing+=" $series"
