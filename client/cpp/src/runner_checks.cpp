@@ -33,7 +33,14 @@ const char *const check_sql =
     "CURRENT_USER::text, pg_catalog.current_database()::text "
     "FROM (SELECT) one LEFT JOIN (SELECT e.extversion, e.extnamespace, n.nspname::text "
     " FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n "
-    " ON n.oid OPERATOR(pg_catalog.=) e.extnamespace WHERE e.extname = 'pg_idem') x ON true";
+    " ON n.oid OPERATOR(pg_catalog.=) e.extnamespace WHERE e.extname = 'pg_idem' "
+    // A router without the extension (PL/Proxy, docs/guides/sharding.md):
+    // its idem_* functions on the path forward to partitions that have it.
+    " UNION ALL SELECT NULL, p.pronamespace, n.nspname::text FROM pg_catalog.pg_proc p "
+    " JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace "
+    " WHERE p.proname = 'idem_claim' AND pg_catalog.pg_function_is_visible(p.oid) "
+    " AND NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_idem') "
+    " LIMIT 1) x ON true";
 
 // "0.4.0" -> {0, 4, 0}; missing parts are 0.
 std::vector<long> version_parts(std::string_view v)
@@ -104,11 +111,14 @@ server_features engine::check_row(const pg::result &r) const
     const std::string role = r.get_optional_text(0, 7).value_or("?");
     const std::string db = r.get_optional_text(0, 8).value_or("?");
     const std::optional<std::string> version = r.get_optional_text(0, 0);
-    if (!version)
+    // No extension but idem_claim on the path: a router, whose partitions
+    // have the extension (their versions are theirs to check).
+    const bool router = !version && r.get_optional_text(0, 1).has_value();
+    if (!version && !router)
         throw setup_error("pg_idem: the extension pg_idem is not installed in database \"" + db +
                           "\": CREATE EXTENSION pg_idem there (docs/guides/privileges.md), then "
                           "GRANT idem_client TO " + role + ".");
-    if (version_older(*version, oldest_extension))
+    if (version && version_older(*version, oldest_extension))
         throw setup_error("pg_idem: the extension in database \"" + db + "\" is " + *version +
                           ", older than " + std::string(oldest_extension) +
                           ", the oldest this client (" + std::string(client_version) +
