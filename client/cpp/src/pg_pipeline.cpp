@@ -136,15 +136,27 @@ std::vector<result> connection::exec_pipeline(const std::vector<statement> &stmt
     return out;
 }
 
+namespace {
+
+// The statements of a flight, behind the deferred BEGIN when it is still to send.
+std::vector<statement> after_begin(const char *begin_sql, const std::vector<statement> &stmts)
+{
+    std::vector<statement> all;
+    all.reserve(stmts.size() + 2);
+    if (begin_sql != nullptr)
+        all.push_back(statement{begin_sql, {}, format::text});
+    all.insert(all.end(), stmts.begin(), stmts.end());
+    return all;
+}
+
+}  // namespace
+
 std::vector<result> transaction::exec_pipeline(const std::vector<statement> &stmts, preparation how)
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
-    std::vector<statement> all;
     const bool with_begin = begin_pending_;
-    if (with_begin)
-        all.push_back(statement{begin_sql_, {}, format::text});
-    all.insert(all.end(), stmts.begin(), stmts.end());
+    std::vector<statement> all = after_begin(with_begin ? begin_sql_ : nullptr, stmts);
     begin_pending_ = false;
     std::vector<result> out;
     try
@@ -172,11 +184,8 @@ std::vector<result> transaction::commit_with(const std::vector<statement> &stmts
 {
     if (!active_)
         throw std::logic_error("transaction: already committed or rolled back");
-    std::vector<statement> all;
     const bool with_begin = begin_pending_;
-    if (with_begin)
-        all.push_back(statement{begin_sql_, {}, format::text});
-    all.insert(all.end(), stmts.begin(), stmts.end());
+    std::vector<statement> all = after_begin(with_begin ? begin_sql_ : nullptr, stmts);
     all.push_back(statement{"COMMIT", {}, format::text});
     begin_pending_ = false;
     bool lost = false;
