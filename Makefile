@@ -43,7 +43,7 @@ REGRESS_OPTS = --load-extension=$(EXT)
 ISOLATION    = $(sort $(patsubst tests/isolation/specs/%.spec,%,$(wildcard tests/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=tests/isolation --load-extension=$(EXT)
 TAP_TESTS    = 1
-PROVE_TESTS  = $(sort $(wildcard tests/t/*.pl))
+PROVE_TESTS ?= $(sort $(wildcard tests/t/*.pl))
 
 # assemble: concatenate the prerequisites into $@ behind the psql guard.
 define assemble

@@ -131,6 +131,20 @@ idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys
 }
 
 /*
+ * A sequential scan of a table.  PostgreSQL 19 added scan option flags
+ * (SO_NONE: nothing beyond a plain scan's), as for index scans.
+ */
+static inline TableScanDesc
+idem_table_beginscan(Relation rel, Snapshot snapshot, int nkeys, ScanKeyData *key)
+{
+#if PG_VERSION_NUM >= 190000
+	return table_beginscan(rel, snapshot, nkeys, key, SO_NONE);
+#else
+	return table_beginscan(rel, snapshot, nkeys, key);
+#endif
+}
+
+/*
  * What the executor checks of a result relation (replica identity, ...).
  * PostgreSQL 17 (commit 5f2e179bd, "Support MERGE into updatable views",
  * Dean Rasheed) added the MERGE actions; PostgreSQL 18 the ON CONFLICT
@@ -229,6 +243,22 @@ idem_table_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, Co
 #else
 	return table_tuple_update(rel, otid, slot, cid, snapshot, crosscheck, wait, tmfd,
 							  lockmode, update_indexes);
+#endif
+}
+
+/*
+ * A row version's delete.  PostgreSQL 19 added an options word, as for the
+ * update, and folded changingPart into it; pg_idem's deletes are ordinary
+ * ones (not a row moving to another partition).
+ */
+static inline TM_Result
+idem_table_tuple_delete(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot,
+						Snapshot crosscheck, bool wait, TM_FailureData *tmfd)
+{
+#if PG_VERSION_NUM >= 190000
+	return table_tuple_delete(rel, tid, cid, 0, snapshot, crosscheck, wait, tmfd);
+#else
+	return table_tuple_delete(rel, tid, cid, snapshot, crosscheck, wait, tmfd, false);
 #endif
 }
 

@@ -43,6 +43,8 @@
  */
 #include "postgres.h"
 
+#include "core/compat.h"
+
 #include "core/sequences.h"
 #include "core/statements.h"
 
@@ -117,7 +119,7 @@ highest_generation(Oid namespace)
 	attnum = get_attnum(relid, "generation");
 	if (attnum == InvalidAttrNumber)
 		elog(ERROR, "pg_idem table idem_keys has no generation column");
-	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	scan = idem_table_beginscan(rel, SnapshotAny, 0, NULL);
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		bool		isnull;

@@ -29,6 +29,7 @@
 #include "core/stats.h"
 #include "core/wakeup.h"
 #include "outbox/outbox.h"
+#include "outbox/outbox_queue.h"
 #include "table/direct_table.h"
 
 #include "access/xact.h"
@@ -52,38 +53,6 @@ PG_FUNCTION_INFO_V1(idem_outbox_stage_batch);
 #define OUTBOX_MAX_BATCH		10000
 #define OUTBOX_MAX_TOPIC_BYTES	255
 
-/*
- * What staging one event writes: the row of idem_outbox_queue, inserted
- * directly (direct_table.c), without an executor per event.  The id, the
- * state and the counters come from the columns' defaults.
- */
-enum
-{
-	QUEUE_ID,
-	QUEUE_TOPIC,
-	QUEUE_MESSAGE_KEY,
-	QUEUE_KEY_HASH,
-	QUEUE_PAYLOAD,
-	QUEUE_PAYLOAD_BYTES,
-	QUEUE_HEADERS,
-	QUEUE_AVAILABLE_AT,
-	QUEUE_SCOPE,
-	QUEUE_NCOLUMNS
-};
-
-static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
-	[QUEUE_ID] = {"id", INT8OID},
-	[QUEUE_TOPIC] = {"topic", TEXTOID},
-	[QUEUE_MESSAGE_KEY] = {"message_key", TEXTOID},
-	[QUEUE_KEY_HASH] = {"key_hash", BYTEAOID},
-	[QUEUE_PAYLOAD] = {"payload", JSONBOID},
-	[QUEUE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
-	[QUEUE_HEADERS] = {"headers", JSONBOID},
-	[QUEUE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
-	[QUEUE_SCOPE] = {"scope", IDEM_SCOPE_TYPE, false, TEXTOID},	/* text before 0.5.0 */
-};
-
-static DirectTableDef queue_table = DIRECT_TABLE("idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS);
 
 /* Refuse a batch size outside 1 .. max. */
 int32
@@ -220,7 +189,7 @@ insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 	if (delay != NULL)
 		(void) check_non_negative(delay, "delay");
 
-	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	queue = direct_open(&idem_outbox_queue, namespace, DIRECT_INSERT);
 	idem_outbox_ids_catch_up(namespace);
 	id = stage_row(queue, topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
 				   headers, delay, scope);
@@ -398,7 +367,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 
 	/* In array order: ids follow the arrays, and so does per-key order. */
-	queue = direct_open(&queue_table, namespace, DIRECT_INSERT);
+	queue = direct_open(&idem_outbox_queue, namespace, DIRECT_INSERT);
 	idem_outbox_ids_catch_up(namespace);
 	for (i = 0; i < npayloads; i++)
 	{

@@ -265,6 +265,65 @@ same_unique_key(Relation pk, Relation index)
 	return true;
 }
 
+/*
+ * Find the secondary indexes the module scans among the table's (open, in
+ * rri) by name, and note the comparison functions of each that is a valid
+ * B-tree on the declared columns; any other is left unresolved (-1), and
+ * refused by the scan that needs it (direct_scan.c), not by calls that do
+ * not scan it.  The names are pg_idem's own: only the table's owner can
+ * create an index on it.
+ */
+static void
+resolve_scan_indexes(DirectTable *dt)
+{
+	int			s;
+	int			i;
+	int			k;
+	StrategyNumber strategy;
+
+	if (dt->nscan_defs > DIRECT_MAX_SCAN_INDEXES)
+		elog(ERROR, "pg_idem: table %s declares too many scanned indexes", dt->relname);
+	for (s = 0; s < dt->nscan_defs; s++)
+	{
+		const DirectIndex *def = &dt->scan_defs[s];
+		Relation	index = NULL;
+		int			found = -1;
+
+		dt->scan_index[s] = -1;
+		for (i = 0; i < dt->nindexes && found < 0; i++)
+		{
+			char	   *name = get_rel_name(dt->index_oids[i]);
+
+			if (name != NULL && strcmp(name, def->name) == 0)
+				found = i;
+		}
+		if (found < 0)
+			continue;
+		index = dt->rri->ri_IndexRelationDescs[found];
+		if (index->rd_rel->relam != BTREE_AM_OID || !index->rd_index->indisvalid ||
+			index->rd_index->indnkeyatts != def->nkeys)
+			continue;
+		for (k = 0; k < def->nkeys; k++)
+			if (dt->attnum[def->keys[k]] == 0 ||
+				index->rd_index->indkey.values[k] != dt->attnum[def->keys[k]])
+				break;
+		if (k < def->nkeys)
+			continue;
+		for (k = 0; k < def->nkeys; k++)
+			for (strategy = 1; strategy <= BTMaxStrategyNumber; strategy++)
+			{
+				Oid			op = get_opfamily_member(index->rd_opfamily[k], index->rd_opcintype[k],
+													 index->rd_opcintype[k], strategy);
+
+				if (!OidIsValid(op))
+					elog(ERROR, "pg_idem: no operator of strategy %d for index %s",
+						 strategy, def->name);
+				dt->scan_procs[s][k][strategy] = get_opcode(op);
+			}
+		dt->scan_index[s] = found;
+	}
+}
+
 /* Rebuild the kept state for rel, the schema's table. */
 void
 direct_build(DirectTable *dt, Relation rel, Oid namespace)
@@ -356,6 +415,7 @@ direct_build(DirectTable *dt, Relation rel, Oid namespace)
 			same_unique_key(dt->rri->ri_IndexRelationDescs[dt->pk_index],
 							dt->rri->ri_IndexRelationDescs[i]))
 			dt->arbiters = lappend_oid(dt->arbiters, dt->index_oids[i]);
+	resolve_scan_indexes(dt);
 	/* ExecOpenIndices locked them for a writer: each call locks its own. */
 	for (i = 0; i < dt->nindexes; i++)
 		index_close(dt->rri->ri_IndexRelationDescs[i], RowExclusiveLock);
@@ -364,6 +424,12 @@ direct_build(DirectTable *dt, Relation rel, Oid namespace)
 	prepare_defaults(dt, rel, rte);
 
 	dt->read_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
+	for (i = 0; i < dt->nscan_defs; i++)
+	{
+		dt->scans[i].table = dt;
+		dt->scans[i].desc = NULL;
+		dt->scans[i].slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
+	}
 	dt->new_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsVirtual);
 	dt->conflict_slot = MakeSingleTupleTableSlot(dt->desc, &TTSOpsBufferHeapTuple);
 	/* The trigger calls' slots, kept in the ResultRelInfo: over the copy too. */

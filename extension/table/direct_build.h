@@ -25,11 +25,21 @@
  * first open of the module's DirectTableDef; a call nested in a call on
  * the same table gets a transient one.
  */
+/* A secondary index scan in progress (at most one per index and call). */
+struct DirectIndexScan
+{
+	DirectTable *table;
+	IndexScanDesc desc;			/* NULL: not open */
+	TupleTableSlot *slot;
+};
+
 struct DirectTable
 {
 	const char *relname;
 	const DirectColumn *columns;
 	int			ncolumns;
+	const DirectIndex *scan_defs;	/* the secondary indexes the module scans */
+	int			nscan_defs;
 
 	/* Kept across calls; rebuilt when stale. */
 	bool		registered;
@@ -50,6 +60,9 @@ struct DirectTable
 	Oid		   *index_oids;
 	int			pk_index;		/* its place in rri's index arrays */
 	RegProcedure pk_eq[INDEX_MAX_KEYS];	/* its columns' equality functions */
+	int			scan_index[DIRECT_MAX_SCAN_INDEXES];	/* scan_defs' places there */
+	/* Their key columns' comparison functions, by B-tree strategy. */
+	RegProcedure scan_procs[DIRECT_MAX_SCAN_INDEXES][DIRECT_MAX_INDEX_KEYS][BTMaxStrategyNumber + 1];
 	List	   *arbiters;		/* ON CONFLICT on the primary key */
 	int			ndefaults;
 	AttrNumber *default_attnums;
@@ -72,6 +85,7 @@ struct DirectTable
 	Snapshot	snapshot;
 	bool		snapshot_registered;	/* a fresh one, ours to unregister */
 	IndexScanDesc scan;
+	DirectIndexScan scans[DIRECT_MAX_SCAN_INDEXES];
 	struct TransitionCaptureState *capture;	/* this write's, or NULL */
 	Oid			save_userid;
 	int			save_sec_context;
@@ -79,5 +93,7 @@ struct DirectTable
 
 
 extern void direct_build(DirectTable *table, Relation rel, Oid namespace);
+extern HeapTuple direct_copy_row(DirectTable *table, TupleTableSlot *slot);
+extern void direct_use_snapshot(DirectTable *table, bool fresh);
 
 #endif							/* IDEM_TABLE_DIRECT_BUILD_H */

@@ -145,6 +145,7 @@ static void
 forget_aborted_calls(bool top, SubTransactionId subid)
 {
 	int			t;
+	int			i;
 
 	for (t = ntables - 1; t >= 0; t--)
 	{
@@ -160,6 +161,8 @@ forget_aborted_calls(bool top, SubTransactionId subid)
 			dt->in_use = false;
 			dt->query_started = false;
 			dt->scan = NULL;
+			for (i = 0; i < dt->nscan_defs; i++)
+				dt->scans[i].desc = NULL;
 			dt->guc_level = 0;
 			dt->stale = true;
 		}
@@ -246,6 +249,8 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 		kept->relname = def->relname;
 		kept->columns = def->columns;
 		kept->ncolumns = def->ncolumns;
+		kept->scan_defs = def->indexes;
+		kept->nscan_defs = def->nindexes;
 		def->kept = kept;
 	}
 	dt = kept;
@@ -268,6 +273,8 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 		dt->relname = kept->relname;
 		dt->columns = kept->columns;
 		dt->ncolumns = kept->ncolumns;
+		dt->scan_defs = kept->scan_defs;
+		dt->nscan_defs = kept->nscan_defs;
 		dt->transient = true;
 		register_table(dt);
 		/* Reached by an abort from here on (forget_aborted_calls frees it). */
@@ -339,6 +346,8 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 	/* After an error the resource owner released a registered one. */
 	dt->snapshot_registered = false;
 	dt->scan = NULL;
+	for (i = 0; i < dt->nscan_defs; i++)
+		dt->scans[i].desc = NULL;
 	dt->guc_level = 0;
 	if (dt->pin_search_path)
 	{
@@ -362,6 +371,9 @@ direct_close(DirectTable *dt)
 
 	if (dt->scan != NULL)
 		direct_scan_end(dt);
+	for (i = 0; i < dt->nscan_defs; i++)
+		if (dt->scans[i].desc != NULL)
+			direct_index_scan_end(&dt->scans[i]);
 	if (dt->query_started)
 		AfterTriggerEndQuery(estate);
 	if (dt->snapshot_registered)
@@ -467,7 +479,21 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
 		ScanKeyEntryInitialize(&skey[k], 0, k + 1, BTEqualStrategyNumber,
 							   index->rd_opcintype[k], index->rd_indcollation[k],
 							   dt->pk_eq[k], keys[k]);
-	if (fresh_snapshot)
+	direct_use_snapshot(dt, fresh_snapshot);
+	dt->scan = idem_index_beginscan(dt->rel, index, dt->snapshot, nkeys);
+	index_rescan(dt->scan, skey, nkeys, NULL, 0);
+}
+
+/*
+ * The snapshot of a read.  fresh: as a volatile statement reads (the
+ * command counter advanced, a new snapshot under READ COMMITTED);
+ * otherwise the snapshot of the call's previous read, or at first the
+ * calling statement's, as a stable function reads.
+ */
+void
+direct_use_snapshot(DirectTable *dt, bool fresh)
+{
+	if (fresh)
 	{
 		/*
 		 * Registered: under READ COMMITTED GetTransactionSnapshot returns
@@ -484,9 +510,6 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
 	else if (dt->snapshot == NULL)
 		dt->snapshot = GetActiveSnapshot();
 	dt->estate->es_snapshot = dt->snapshot;
-
-	dt->scan = idem_index_beginscan(dt->rel, index, dt->snapshot, nkeys);
-	index_rescan(dt->scan, skey, nkeys, NULL, 0);
 }
 
 /*
@@ -498,13 +521,19 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
 HeapTuple
 direct_scan_next(DirectTable *dt)
 {
-	HeapTuple	tuple;
-	ItemPointerData tid;
-
 	if (!index_getnext_slot(dt->scan, ForwardScanDirection, dt->read_slot))
 		return NULL;
-	tid = dt->read_slot->tts_tid;
-	tuple = ExecCopySlotHeapTuple(dt->read_slot);
+	return direct_copy_row(dt, dt->read_slot);
+}
+
+/* A slot's row, copied and expanded as direct_scan_next returns it. */
+HeapTuple
+direct_copy_row(DirectTable *dt, TupleTableSlot *slot)
+{
+	HeapTuple	tuple;
+	ItemPointerData tid = slot->tts_tid;
+
+	tuple = ExecCopySlotHeapTuple(slot);
 	if (HeapTupleHeaderGetNatts(tuple->t_data) < dt->desc->natts)
 		tuple = heap_expand_tuple(tuple, dt->desc);
 	tuple->t_self = tid;

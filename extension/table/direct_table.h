@@ -12,6 +12,7 @@
 
 #include "access/attnum.h"
 #include "access/htup.h"
+#include "access/stratnum.h"
 #include "executor/tuptable.h"
 #include "storage/itemptr.h"
 
@@ -40,15 +41,44 @@ typedef struct DirectColumn
  */
 typedef struct DirectTable DirectTable;
 
+/*
+ * A secondary B-tree index a module scans (the outbox's claimable rows,
+ * say), by name and by the declared columns its keys must be, in order:
+ * an index of that name with other keys is refused, never scanned.
+ */
+#define DIRECT_MAX_INDEX_KEYS 4
+#define DIRECT_MAX_SCAN_INDEXES 4
+
+typedef struct DirectIndex
+{
+	const char *name;
+	int			nkeys;
+	int			keys[DIRECT_MAX_INDEX_KEYS];	/* declared column numbers */
+} DirectIndex;
+
 typedef struct DirectTableDef
 {
 	const char *relname;
 	const DirectColumn *columns;
 	int			ncolumns;
+	const DirectIndex *indexes;	/* scanned by direct_index_scan_begin */
+	int			nindexes;
 	DirectTable *kept;
 } DirectTableDef;
 
-#define DIRECT_TABLE(relname, columns, ncolumns) {(relname), (columns), (ncolumns), NULL}
+#define DIRECT_TABLE(relname, columns, ncolumns) {(relname), (columns), (ncolumns), NULL, 0, NULL}
+#define DIRECT_TABLE_INDEXED(relname, columns, ncolumns, indexes, nindexes) \
+	{(relname), (columns), (ncolumns), (indexes), (nindexes), NULL}
+
+/* One condition of a secondary index scan: key column OP value. */
+typedef struct DirectScanKey
+{
+	int			key;			/* the index's key column, from 0 */
+	StrategyNumber strategy;	/* BTLessStrategyNumber .. BTGreaterStrategyNumber */
+	Datum		value;
+} DirectScanKey;
+
+typedef struct DirectIndexScan DirectIndexScan;
 
 /* What a write did. */
 typedef enum DirectWrite
@@ -68,11 +98,18 @@ extern HeapTuple direct_scan_next(DirectTable *table);
 extern void direct_scan_end(DirectTable *table);
 extern void direct_deform(DirectTable *table, HeapTuple tuple, Datum *values, bool *nulls);
 
+extern DirectIndexScan *direct_index_scan_begin(DirectTable *table, int index, int nkeys,
+												 const DirectScanKey *keys, bool fresh_snapshot);
+extern HeapTuple direct_index_scan_next(DirectIndexScan *scan);
+extern void direct_index_scan_end(DirectIndexScan *scan);
+
 extern TupleTableSlot *direct_new_row(DirectTable *table, HeapTuple old);
 extern void direct_set(DirectTable *table, int column, Datum value, bool isnull);
 extern DirectWrite direct_insert(DirectTable *table, bool on_conflict_do_nothing,
 								 ItemPointer tid);
 extern DirectWrite direct_update(DirectTable *table, ItemPointer old_tid, ItemPointer new_tid);
+extern DirectWrite direct_delete(DirectTable *table, ItemPointer tid);
+extern HeapTuple direct_lock(DirectTable *table, ItemPointer tid, bool skip_locked);
 
 /* What a call may ask of its open table. */
 extern AttrNumber direct_attnum(DirectTable *table, int column);	/* 0: absent */

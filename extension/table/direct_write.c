@@ -301,6 +301,41 @@ note_updated_columns(DirectTable *dt)
 }
 
 /*
+ * Whether an update or delete of a version read before wrote: false when
+ * a concurrent transaction updated or deleted it first (under READ
+ * COMMITTED; 40001 under REPEATABLE READ and SERIALIZABLE, as the SQL
+ * statements raise it).
+ */
+static bool
+written(DirectTable *dt, TM_Result result, const char *doing)
+{
+	switch (result)
+	{
+		case TM_Ok:
+			return true;
+		case TM_Updated:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			return false;
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent delete")));
+			return false;
+		case TM_SelfModified:
+			elog(ERROR, "pg_idem: %s row already modified by this command", dt->relname);
+			break;
+		default:
+			elog(ERROR, "pg_idem: unexpected result %d %s %s", (int) result, doing, dt->relname);
+			break;
+	}
+	return false;
+}
+
+/*
  * Write the row started by direct_new_row over the version at old_tid.
  * DIRECT_CHANGED when a concurrent transaction updated or deleted that
  * version first (under READ COMMITTED; 40001 otherwise): nothing was
@@ -339,29 +374,8 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 	result = idem_table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
 									 dt->snapshot, InvalidSnapshot, true, &tmfd,
 									 &lockmode, &update_indexes);
-	switch (result)
-	{
-		case TM_Ok:
-			break;
-		case TM_Updated:
-			if (IsolationUsesXactSnapshot())
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent update")));
-			return DIRECT_CHANGED;
-		case TM_Deleted:
-			if (IsolationUsesXactSnapshot())
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent delete")));
-			return DIRECT_CHANGED;
-		case TM_SelfModified:
-			elog(ERROR, "pg_idem: %s row already modified by this command", dt->relname);
-			break;
-		default:
-			elog(ERROR, "pg_idem: unexpected result %d updating %s", (int) result, dt->relname);
-			break;
-	}
+	if (!written(dt, result, "updating"))
+		return DIRECT_CHANGED;
 
 	if (rri->ri_NumIndices > 0 && idem_update_needs_indexes(update_indexes))
 		recheck = idem_insert_index_tuples(rri, slot, estate, true, false, NULL, NIL,
@@ -373,4 +387,92 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 		ExecASUpdateTriggers(estate, rri, dt->capture);
 	*new_tid = slot->tts_tid;
 	return DIRECT_WRITTEN;
+}
+
+/*
+ * Delete the version at tid, read before, as a one-row DELETE: row and
+ * statement-level AFTER triggers, transition tables.  DIRECT_CHANGED as
+ * for direct_update.  A BEFORE DELETE trigger is refused, as a BEFORE
+ * UPDATE one is.
+ */
+DirectWrite
+direct_delete(DirectTable *dt, ItemPointer tid)
+{
+	EState	   *estate = dt->estate;
+	ResultRelInfo *rri = dt->rri;
+	TriggerDesc *trigdesc = rri->ri_TrigDesc;
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	if (trigdesc && trigdesc->trig_delete_before_row)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("pg_idem table %s has a BEFORE DELETE trigger", dt->relname),
+				 errdetail("pg_idem deletes its rows directly, and a BEFORE DELETE trigger could keep a row after pg_idem decided on it."),
+				 errhint("Use an AFTER trigger.")));
+	if (!start_write(dt, "DELETE", CMD_DELETE))
+		return DIRECT_STALE;
+	dt->capture = MakeTransitionCaptureState(trigdesc, dt->relid, CMD_DELETE);
+	if (trigdesc && trigdesc->trig_delete_before_statement)
+		ExecBSDeleteTriggers(estate, rri);
+	result = idem_table_tuple_delete(dt->rel, tid, estate->es_output_cid, dt->snapshot,
+									 InvalidSnapshot, true, &tmfd);
+	if (!written(dt, result, "deleting"))
+		return DIRECT_CHANGED;
+	ExecARDeleteTriggers(estate, rri, tid, NULL, dt->capture, false);
+	if (trigdesc && trigdesc->trig_delete_after_statement)
+		ExecASDeleteTriggers(estate, rri, dt->capture);
+	return DIRECT_WRITTEN;
+}
+
+/*
+ * Lock the version at tid, read before, FOR UPDATE, as SELECT ... FOR
+ * UPDATE [SKIP LOCKED] locks a row (ExecLockRows): under READ COMMITTED a
+ * version updated since the snapshot is followed to the newest one, which
+ * is locked and returned for the caller to check again (EvalPlanQual's
+ * re-check of the WHERE clause); under REPEATABLE READ and SERIALIZABLE
+ * that is 40001.  Returns the locked version, copied, with its place in
+ * t_self; NULL when the row is gone (deleted, or changed by this
+ * transaction) or, with skip_locked, another transaction holds a lock on
+ * it.  The lock is kept to the end of the transaction.  The call must
+ * have been opened for a write (DIRECT_UPDATE).
+ */
+HeapTuple
+direct_lock(DirectTable *dt, ItemPointer tid, bool skip_locked)
+{
+	TupleTableSlot *slot = dt->conflict_slot;
+	TM_FailureData tmfd;
+	TM_Result	result;
+	HeapTuple	tuple;
+
+	if (!dt->write_locked || dt->snapshot == NULL)
+		elog(ERROR, "pg_idem: %s row locked outside a write after a read", dt->relname);
+	result = table_tuple_lock(dt->rel, tid, dt->snapshot, slot, GetCurrentCommandId(true),
+							  LockTupleExclusive, skip_locked ? LockWaitSkip : LockWaitBlock,
+							  IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+							  &tmfd);
+	switch (result)
+	{
+		case TM_Ok:
+			tuple = direct_copy_row(dt, slot);
+			ExecClearTuple(slot);
+			return tuple;
+		case TM_WouldBlock:
+		case TM_SelfModified:
+			return NULL;
+		case TM_Updated:
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent %s",
+								result == TM_Updated ? "update" : "delete")));
+			if (result == TM_Updated)
+				elog(ERROR, "pg_idem: %s row updated although its newest version was locked",
+					 dt->relname);
+			return NULL;
+		default:
+			elog(ERROR, "pg_idem: unexpected result %d locking %s", (int) result, dt->relname);
+	}
+	return NULL;
 }
