@@ -25,15 +25,22 @@
  *
  * that is: walk idem_outbox_claimable from the caller's scope's earliest
  * due event, skip a row whose key has an earlier pending event (the probe
- * of idem_outbox_key_order), lock the rest FOR UPDATE SKIP LOCKED (a row
- * another drainer is claiming is skipped, never waited for; a row changed
- * since the snapshot is locked in its newest version and checked again,
- * as EvalPlanQual would), until the batch is full; then events staged
- * before 0.3.0 (the shared scope, 0), which every scope shares.  Then each
- * locked row, in id order, is leased, or goes dead when its attempts are
- * used up.  The time that bounds the scan is the call's start, so rows
- * leased by this claim (available_at in the future) never come back into
- * it.
+ * of idem_outbox_key_order), and take the rest until the batch is full:
+ * lease each (or mark it dead when its attempts are used up) by an update
+ * that skips a row another transaction holds, never waiting for it (FOR
+ * UPDATE SKIP LOCKED and the UPDATE in one step, which saves the lock's
+ * WAL record).  A row changed since the snapshot is locked in its newest
+ * version and checked again, as EvalPlanQual would.  Then events staged
+ * before 0.3.0 (the shared scope, 0), which every scope shares.  The
+ * leased rows are returned in id order.  The time that bounds the scan is
+ * the call's start, and the claim's own new versions are invisible to its
+ * snapshot, so rows it leased never come back into it.
+ *
+ * WAL: the queue's pages are filled to 40 % (fillfactor), so a lease's new
+ * version stays on its page and its record carries only the changed bytes
+ * (about 110 bytes per event, against ~420 for a row moved to another
+ * page, plus the lock record that move needs); see
+ * docs/benchmarks.md's outbox section for the record-by-record account.
  *
  * Per-key order is per (scope, key): a row is claimable only if no
  * earlier row of the same scope and key is still pending (waiting, leased
@@ -72,24 +79,29 @@ PG_FUNCTION_INFO_V1(idem_outbox_claim);
 /* Columns of idem_outbox_claim's result, in the order the SQL declares. */
 #define CLAIM_NCOLUMNS 10
 
-/* A row the claim locked, newest version. */
-typedef struct LockedRow
+/* An event the claim leased: its result row, and its id to sort by. */
+typedef struct LeasedRow
 {
 	int64		id;
-	HeapTuple	tuple;
-} LockedRow;
+	HeapTuple	result;
+} LeasedRow;
 
 /* One claim's state: what every row of it is checked against. */
 typedef struct Claim
 {
 	DirectTable *queue;
 	TimestampTz now;			/* the call's start: the scan's bound */
+	TimestampTz leased_until;
+	Datum		token;
 	Oid			scope_type;
+	TupleDesc	result_desc;
 	Datum	   *values;			/* a row being checked, deformed */
 	bool	   *nulls;
-	LockedRow  *rows;			/* the locked rows */
-	int			nrows;
+	LeasedRow  *leased;
+	int			nleased;
+	int			taken;			/* leased or gone dead: what the batch counts */
 	int			batch;
+	int64		dead;
 } Claim;
 
 #define COLUMN(claim, c) (direct_attnum((claim)->queue, (c)) - 1)
@@ -142,11 +154,76 @@ claimable(Claim *claim, HeapTuple row, Oid scope)
 }
 
 /*
- * Lock claimable rows of one scope, in claim order, until the batch is
- * full (FOR UPDATE SKIP LOCKED).  fresh: the claim's first read.
+ * Lease a claimable version of an event to the claim, or, if its attempts
+ * are used up (its last attempt's lease ran out), mark it dead, never to
+ * be handed out again.  skip_locked: a row another transaction holds is
+ * DIRECT_BUSY, not waited for.
+ */
+static DirectWrite
+take(Claim *claim, HeapTuple row, bool skip_locked)
+{
+	static const int result_columns[CLAIM_NCOLUMNS] = {
+		QUEUE_ID, QUEUE_TOPIC, QUEUE_MESSAGE_KEY, QUEUE_PAYLOAD, QUEUE_PAYLOAD_BYTES,
+		QUEUE_HEADERS, QUEUE_ATTEMPTS, QUEUE_CREATED_AT, QUEUE_CLAIM_TOKEN,
+		QUEUE_AVAILABLE_AT
+	};
+	TupleTableSlot *slot = direct_new_row(claim->queue, row);
+	Datum	   *v = slot->tts_values;
+	bool	   *n = slot->tts_isnull;
+	int32		attempts = DatumGetInt32(v[COLUMN(claim, QUEUE_ATTEMPTS)]);
+	bool		used_up = attempts >= idem_outbox_max_attempts;
+	ItemPointerData new_tid;
+	DirectWrite done;
+	Datum		out[CLAIM_NCOLUMNS];
+	bool		outnull[CLAIM_NCOLUMNS];
+	int			col;
+
+	if (used_up)
+	{
+		direct_set(claim->queue, QUEUE_STATE, CStringGetTextDatum("dead"), false);
+		direct_set(claim->queue, QUEUE_DEAD_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+		if (!n[COLUMN(claim, QUEUE_CLAIM_TOKEN)])
+			direct_set(claim->queue, QUEUE_LAST_ERROR,
+					   CStringGetTextDatum("lease expired during the last attempt"), false);
+		direct_set(claim->queue, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
+	}
+	else
+	{
+		direct_set(claim->queue, QUEUE_ATTEMPTS, Int32GetDatum(attempts + 1), false);
+		direct_set(claim->queue, QUEUE_CLAIM_TOKEN, claim->token, false);
+		direct_set(claim->queue, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(claim->leased_until),
+				   false);
+	}
+	done = skip_locked ? direct_update_skip_locked(claim->queue, &row->t_self, &new_tid)
+		: direct_update(claim->queue, &row->t_self, &new_tid);
+	if (done != DIRECT_WRITTEN)
+		return done;
+	claim->taken++;
+	if (used_up)
+	{
+		claim->dead++;
+		return done;
+	}
+	for (col = 0; col < CLAIM_NCOLUMNS; col++)
+	{
+		out[col] = v[COLUMN(claim, result_columns[col])];
+		outnull[col] = n[COLUMN(claim, result_columns[col])];
+	}
+	claim->leased[claim->nleased].id = DatumGetInt64(v[COLUMN(claim, QUEUE_ID)]);
+	claim->leased[claim->nleased++].result = heap_form_tuple(claim->result_desc, out, outnull);
+	return done;
+}
+
+/*
+ * Take claimable events of one scope, in claim order, until the batch is
+ * full.  Each is written at once by an update that skips a row another
+ * transaction holds (FOR UPDATE SKIP LOCKED and the UPDATE in one step:
+ * no lock of its own, so no WAL record for one).  A row changed since the
+ * snapshot is locked in its newest version, which is checked again, as
+ * EvalPlanQual would.  fresh: the claim's first read.
  */
 static void
-lock_claimable(Claim *claim, Oid scope, bool fresh)
+take_claimable(Claim *claim, Oid scope, bool fresh)
 {
 	DirectScanKey keys[2] = {
 		{0, BTEqualStrategyNumber, idem_scope_value(scope, claim->scope_type)},
@@ -155,40 +232,31 @@ lock_claimable(Claim *claim, Oid scope, bool fresh)
 	DirectIndexScan *scan;
 	HeapTuple	row;
 
-	if (claim->nrows >= claim->batch)
+	if (claim->taken >= claim->batch)
 		return;
 	scan = direct_index_scan_begin(claim->queue, QUEUE_INDEX_CLAIMABLE, 2, keys, fresh);
-	while (claim->nrows < claim->batch && (row = direct_index_scan_next(scan)) != NULL)
+	while (claim->taken < claim->batch && (row = direct_index_scan_next(scan)) != NULL)
 	{
-		HeapTuple	locked;
+		if (claimable(claim, row, scope) && take(claim, row, true) == DIRECT_CHANGED)
+		{
+			HeapTuple	newest = direct_lock(claim->queue, &row->t_self, true);
 
-		if (!claimable(claim, row, scope) ||
-			(locked = direct_lock(claim->queue, &row->t_self, true)) == NULL)
-		{
-			heap_freetuple(row);
-			continue;
-		}
-		/* The locked version may be newer than the one read: check it again. */
-		if (!claimable(claim, locked, scope))
-		{
-			heap_freetuple(locked);
-			heap_freetuple(row);
-			continue;
+			/* Locked: no concurrent write can come first now. */
+			if (newest != NULL && claimable(claim, newest, scope) &&
+				take(claim, newest, false) != DIRECT_WRITTEN)
+				elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
 		}
 		heap_freetuple(row);
-		/* claimable() deformed the locked version last. */
-		claim->rows[claim->nrows].id = DatumGetInt64(claim->values[COLUMN(claim, QUEUE_ID)]);
-		claim->rows[claim->nrows++].tuple = locked;
 	}
 	direct_index_scan_end(scan);
 }
 
-/* qsort comparator: locked rows by id. */
+/* qsort comparator: leased rows by id. */
 static int
 compare_rows(const void *a, const void *b)
 {
-	int64		x = ((const LockedRow *) a)->id;
-	int64		y = ((const LockedRow *) b)->id;
+	int64		x = ((const LeasedRow *) a)->id;
+	int64		y = ((const LeasedRow *) b)->id;
 
 	return x < y ? -1 : x > y ? 1 : 0;
 }
@@ -208,90 +276,38 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	Oid			scope = idem_current_scope(namespace);
 	Datum		token = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
 	Claim		claim = {0};
-	TimestampTz leased_until;
-	int64		claimed = 0;
-	int64		dead = 0;
 	int			i;
 
 	claim.now = GetCurrentTimestamp();
+	claim.leased_until = idem_time_plus(claim.now, lease);
+	claim.token = token;
 	claim.batch = batch;
 	idem_require_current_schema(namespace);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != CLAIM_NCOLUMNS)
 		elog(ERROR, "idem_outbox_claim must return %d columns", CLAIM_NCOLUMNS);
+	claim.result_desc = rsinfo->setDesc;
 
 	claim.queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
 	claim.scope_type = direct_column_type(claim.queue, QUEUE_SCOPE);
 	claim.values = palloc(sizeof(Datum) * direct_natts(claim.queue));
 	claim.nulls = palloc(sizeof(bool) * direct_natts(claim.queue));
-	claim.rows = palloc(sizeof(LockedRow) * batch);
-	lock_claimable(&claim, scope, true);
+	claim.leased = palloc(sizeof(LeasedRow) * batch);
+	take_claimable(&claim, scope, true);
 	if (scope != IDEM_SHARED_SCOPE)
-		lock_claimable(&claim, IDEM_SHARED_SCOPE, false);
-	qsort(claim.rows, claim.nrows, sizeof(LockedRow), compare_rows);
-
-	leased_until = idem_time_plus(GetCurrentTimestamp(), lease);
-	for (i = 0; i < claim.nrows; i++)
-	{
-		HeapTuple	row = claim.rows[i].tuple;
-		TupleTableSlot *slot = direct_new_row(claim.queue, row);
-		Datum	   *v = slot->tts_values;
-		bool	   *n = slot->tts_isnull;
-		int32		attempts = DatumGetInt32(v[COLUMN(&claim, QUEUE_ATTEMPTS)]);
-		bool		used_up = attempts >= idem_outbox_max_attempts;
-		ItemPointerData new_tid;
-
-		if (used_up)
-		{
-			/* Its last attempt's lease ran out: dead, not handed out again. */
-			direct_set(claim.queue, QUEUE_STATE, CStringGetTextDatum("dead"), false);
-			direct_set(claim.queue, QUEUE_DEAD_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
-			if (!n[COLUMN(&claim, QUEUE_CLAIM_TOKEN)])
-				direct_set(claim.queue, QUEUE_LAST_ERROR,
-						   CStringGetTextDatum("lease expired during the last attempt"), false);
-			direct_set(claim.queue, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
-		}
-		else
-		{
-			direct_set(claim.queue, QUEUE_ATTEMPTS, Int32GetDatum(attempts + 1), false);
-			direct_set(claim.queue, QUEUE_CLAIM_TOKEN, token, false);
-			direct_set(claim.queue, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(leased_until), false);
-		}
-		/* Locked above, so no concurrent write can have come first. */
-		if (direct_update(claim.queue, &row->t_self, &new_tid) != DIRECT_WRITTEN)
-			elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
-		if (used_up)
-		{
-			dead++;
-			continue;
-		}
-		{
-			static const int result_columns[CLAIM_NCOLUMNS] = {
-				QUEUE_ID, QUEUE_TOPIC, QUEUE_MESSAGE_KEY, QUEUE_PAYLOAD, QUEUE_PAYLOAD_BYTES,
-				QUEUE_HEADERS, QUEUE_ATTEMPTS, QUEUE_CREATED_AT, QUEUE_CLAIM_TOKEN,
-				QUEUE_AVAILABLE_AT
-			};
-			Datum		out[CLAIM_NCOLUMNS];
-			bool		outnull[CLAIM_NCOLUMNS];
-			int			col;
-
-			for (col = 0; col < CLAIM_NCOLUMNS; col++)
-			{
-				out[col] = v[COLUMN(&claim, result_columns[col])];
-				outnull[col] = n[COLUMN(&claim, result_columns[col])];
-			}
-			/* putvalues copies into the tuplestore's own memory. */
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
-		}
-		claimed++;
-	}
+		take_claimable(&claim, IDEM_SHARED_SCOPE, false);
 	direct_close(claim.queue);
 
-	idem_count(IDEM_STAT_OUTBOX_CLAIMED, claimed);
-	if (dead > 0)
+	/* In id order, as the SQL form returned them. */
+	qsort(claim.leased, claim.nleased, sizeof(LeasedRow), compare_rows);
+	for (i = 0; i < claim.nleased; i++)
+		tuplestore_puttuple(rsinfo->setResult, claim.leased[i].result);
+
+	idem_count(IDEM_STAT_OUTBOX_CLAIMED, claim.nleased);
+	if (claim.dead > 0)
 	{
-		idem_count(IDEM_STAT_OUTBOX_DEAD, dead);
+		idem_count(IDEM_STAT_OUTBOX_DEAD, claim.dead);
 		/* A dead head no longer holds back its key's next event. */
 		idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
 	}

@@ -84,6 +84,9 @@ direct_set(DirectTable *dt, int column, Datum value, bool isnull)
  * kept index list is older than the lock, so nothing may be written with
  * it; the caller reopens the table, which rebuilds, and starts over.
  */
+static DirectWrite update_row(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid,
+							  bool wait);
+
 static bool
 start_write(DirectTable *dt, const char *command, CmdType operation)
 {
@@ -344,6 +347,23 @@ written(DirectTable *dt, TM_Result result, const char *doing)
 DirectWrite
 direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 {
+	return update_row(dt, old_tid, new_tid, true);
+}
+
+/*
+ * As direct_update, but a row another transaction is writing or holds a
+ * lock on is not waited for: DIRECT_BUSY, nothing written (UPDATE ... FOR
+ * UPDATE SKIP LOCKED in one step, without the lock's own WAL record).
+ */
+DirectWrite
+direct_update_skip_locked(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
+{
+	return update_row(dt, old_tid, new_tid, false);
+}
+
+static DirectWrite
+update_row(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid, bool wait)
+{
 	EState	   *estate = dt->estate;
 	ResultRelInfo *rri = dt->rri;
 	TupleTableSlot *slot = dt->new_slot;
@@ -372,8 +392,10 @@ direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 		ExecConstraints(rri, slot, estate);
 
 	result = idem_table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
-									 dt->snapshot, InvalidSnapshot, true, &tmfd,
+									 dt->snapshot, InvalidSnapshot, wait, &tmfd,
 									 &lockmode, &update_indexes);
+	if (result == TM_BeingModified && !wait)
+		return DIRECT_BUSY;
 	if (!written(dt, result, "updating"))
 		return DIRECT_CHANGED;
 

@@ -12,7 +12,10 @@
 #   floor           plain SQL with pgmq's shape: INSERT; SELECT ... FOR UPDATE
 #                   SKIP LOCKED + UPDATE of a visibility time; DELETE
 #   pgmq            pgmq itself (send, send_batch, read, delete), only when
-#                   PGMQ_SQL names pgmq's SQL file (pgmq-extension/sql/pgmq.sql)
+#                   PGMQ_SQL names pgmq's SQL file (pgmq-extension/sql/pgmq.sql
+#                   of a checkout of github.com/pgmq/pgmq; never downloaded
+#                   here, never committed); PGMQ_COMMIT names its commit
+#                   when the file is not in a git checkout
 #
 # Cells (events per second; 4 clients unless said): stage 1 per transaction,
 # stage 100 per transaction, claim+ack 1, claim+ack 100 (from a seeded
@@ -76,6 +79,9 @@ if [ -n "${PGMQ_SQL:-}" ] && [ -f "$PGMQ_SQL" ]; then
     # PGMQ_VERSION: what the results page names (pgmq's control file, when beside it).
     PGMQ_VERSION=${PGMQ_VERSION:-$(sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" \
         "$(dirname "$PGMQ_SQL")/../pgmq.control" 2>/dev/null || true)}
+    # PGMQ_COMMIT: the commit the page names (git's, when PGMQ_SQL is in a checkout).
+    PGMQ_COMMIT=${PGMQ_COMMIT:-$(git -C "$(dirname "$PGMQ_SQL")" rev-parse HEAD 2>/dev/null || true)}
+    PGMQ_VERSION="${PGMQ_VERSION:-unknown version}${PGMQ_COMMIT:+, commit $PGMQ_COMMIT}"
 fi
 echo "variants: $VARIANTS"
 

@@ -31,6 +31,11 @@ TARGET_CELLS = [("stage1", "stage 1 per transaction"), ("stage100", "stage 100 p
                 ("drain1", "claim+ack 1"), ("drain100", "claim+ack 100"),
                 ("mixed", "2 producers + 2 drainers from empty")]
 CELL_VS_FLOOR, WAL_VS_FLOOR, SIZE_VS_FLOOR = 1.0, 1.2, 2.0
+# Issue 23: against pgmq itself (when PGMQ_SQL named it): every cell
+# >= 1.1 x pgmq's events/s and WAL per consumed event <= 1.0 x pgmq's, both
+# with the archive off (pgmq's delete keeps nothing either); the archive's
+# WAL <= 1.3 x pgmq's.
+CELL_VS_PGMQ, WAL_VS_PGMQ, ARCHIVE_WAL_VS_PGMQ = 1.1, 1.0, 1.3
 # The variant the targets judge: published events not retained, as the
 # floor (which deletes at the ack) does not retain them.  The archive's
 # cost (the default, idem.outbox_archive = on) is stated beside them.
@@ -130,6 +135,50 @@ def targets(d):
                     f"{100 * (r / SIZE_VS_FLOOR - 1):.0f} % ({sz - SIZE_VS_FLOOR * szf:.0f} B "
                     "too many). " + why(t["key"]))
     out.append(t)
+    return out + pgmq_targets(d)
+
+
+def pgmq_targets(d):
+    """Issue 23's targets against pgmq run beside pg_idem; none without pgmq."""
+    med, cpu, life = d["med"], d["cpu"], d["life"]
+    if not any(k[1] == "pgmq" for k in med):
+        return []
+    out = []
+    for cell, short in TARGET_CELLS:
+        base = med.get((cell, "pgmq"))
+        r = _ratio(med.get((cell, JUDGED)), base)
+        ra = _ratio(med.get((cell, RETAINED)), base)
+        a, b = cpu.get((cell, JUDGED)), cpu.get((cell, "pgmq"))
+        t = {"key": "outbox_pgmq_" + cell,
+             "name": f"outbox {short} ≥ {CELL_VS_PGMQ:g} × pgmq (events/s, archive off)",
+             "measured": f"{_f(r)}; from server CPU per event {_f(_ratio(b, a))}; with the "
+                         f"archive (the default) {_f(ra)}",
+             "ok": None if r is None else r >= CELL_VS_PGMQ}
+        if t["ok"] is False:
+            t["gap"] = (f"**{t['name']}**: {r:.2f} ×, short by "
+                        f"{100 * (1 - r / CELL_VS_PGMQ):.0f} % ({med[(cell, JUDGED)]:.0f} "
+                        f"events/s against pgmq's {base:.0f})" +
+                        (f"; server CPU per event {a:.1f} µs against pgmq's {b:.1f} µs"
+                         if a and b else "") + ". " + why(t["key"]))
+        out.append(t)
+    q = life.get("pgmq")
+    wq = _per_event(q, "wal_total")
+    for key, variant, bound, what in (
+            ("outbox_pgmq_wal", JUDGED, WAL_VS_PGMQ, "archive off"),
+            ("outbox_pgmq_archive_wal", RETAINED, ARCHIVE_WAL_VS_PGMQ,
+             "archive on, the default")):
+        w = _per_event(life.get(variant), "wal_total")
+        r = _ratio(w, wq)
+        t = {"key": key,
+             "name": f"outbox WAL per consumed event ≤ {bound:g} × pgmq's (stage to ack, {what})",
+             "measured": (f"{_f(r)} ({_f(w, '.0f')} B against {_f(wq, '.0f')} B; the drain "
+                          f"alone {_f(_per_event(life.get(variant), 'wal_drain'), '.0f')} B "
+                          f"against {_f(_per_event(q, 'wal_drain'), '.0f')} B)"),
+             "ok": None if r is None else r <= bound}
+        if t["ok"] is False:
+            t["gap"] = (f"**{t['name']}**: {r:.2f} ×, {w - bound * wq:.0f} B per event over. " +
+                        why(t["key"]))
+        out.append(t)
     return out
 
 
@@ -170,7 +219,7 @@ def page(d, machine):
                                 machine.get("nproc"), min(loads), max(loads), machine.get("pgmq")))
 
     ts = targets(d)
-    out.append("## Targets (issue 13)\n")
+    out.append("## Targets (issues 13 and 23)\n")
     out.append("*Archive off* is `idem.outbox_archive = off`: like the floor, which deletes an "
                "event at its ack, pg_idem then keeps no published event (the issue's "
                "`idem.outbox_retention = 0`; that setting's least value is 1 s).\n")
