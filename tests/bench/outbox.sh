@@ -187,6 +187,17 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
+# The WAL records between two LSNs by type, appended to $RECORDS as
+# variant,step,record,count,bytes (full-page images included).
+RECORDS=$WORK/wal_records.csv
+echo "variant,step,record,count,bytes" >"$RECORDS"
+wal_records() {   # VARIANT STEP FROM TO
+    as_run_user "$PG_BIN/pg_waldump" -p "$WORK/data/pg_wal" --stats=record -s "$3" -e "$4" 2>/dev/null |
+        sed 's/( *[0-9.]*)//g' |
+        awk -v v="$1" -v s="$2" 'NF == 5 && $2 ~ /^[0-9]+$/ && $2 > 0 { print v "," s "," $1 "," $2 "," $5 }' \
+            >>"$RECORDS"
+}
+
 # One client's whole life of EVENTS events per variant: WAL and size.
 LIFE=$WORK/life.csv
 echo "variant,events,wal_total,wal_drain,queue_bytes,archive_bytes" >"$LIFE"
@@ -194,13 +205,16 @@ say "life of $EVENTS events: WAL per event, size after consuming and VACUUM"
 for v in $VARIANTS; do
     reset_variant "$v" 0 >/dev/null
     q -c "CHECKPOINT"
-    l0=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+    read -r l0 p0 < <(q -F ' ' -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'), pg_current_wal_lsn()")
     PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -c 1 -t $((EVENTS / 100)) \
         -f "$(script_of stage100 "$v")" >/dev/null
-    l1=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+    read -r l1 p1 < <(q -F ' ' -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'), pg_current_wal_lsn()")
     PGOPTIONS=$(options_of "$v") client pgbench -n -M prepared -c 1 -t $((EVENTS / 100)) \
         -D batch=100 -f "$(script_of drain "$v")" >/dev/null
-    l2=$(q -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')")
+    read -r l2 p2 < <(q -F ' ' -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'), pg_current_wal_lsn()")
+    # What each step wrote, by record type (pg_waldump --stats=record).
+    wal_records "$v" stage "$p0" "$p1"
+    wal_records "$v" drain "$p1" "$p2"
     left=$(q -c "SELECT count(*) FROM $(table_of "$v")")
     [ "$left" = 0 ] || echo "warning: $v left $left events" >&2
     q -c "VACUUM $(table_of "$v")"
@@ -231,9 +245,10 @@ stop_cluster
 mkdir -p "$RESULTS/raw"
 cp "$OUT" "$RESULTS/raw/outbox.csv"
 cp "$LIFE" "$RESULTS/raw/outbox_life.csv"
+cp "$RECORDS" "$RESULTS/raw/outbox_wal_records.csv"
 if [ -n "${OUTBOX_COPY:-}" ]; then
     mkdir -p "$OUTBOX_COPY"
-    cp "$OUT" "$LIFE" "$WORK/machine.txt" "$OUTBOX_COPY/"
+    cp "$OUT" "$LIFE" "$RECORDS" "$WORK/machine.txt" "$OUTBOX_COPY/"
     python3 "$BENCH/outbox_report.py" "$OUT" "$LIFE" "$WORK/machine.txt" "$RESULTS/outbox.md" \
         >/dev/null
     echo "outbox results: $RESULTS/outbox.md (targets in make bench's table)"

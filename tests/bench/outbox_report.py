@@ -58,9 +58,33 @@ def load(cells_path, life_path):
             if row.get("cpu_s") and int(row["events"]) > 0:
                 cpu.setdefault(key, []).append(float(row["cpu_s"]) * 1e6 / int(row["events"]))
     life = list(csv.DictReader(open(life_path)))
+    # outbox.sh's WAL records by type, beside the life CSV (older runs lack it).
+    records_path = os.path.join(os.path.dirname(os.path.abspath(life_path)), "wal_records.csv")
+    records = list(csv.DictReader(open(records_path))) if os.path.exists(records_path) else []
     return {"rates": rates, "med": {k: statistics.median(v) for k, v in rates.items()},
             "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "loads": loads,
-            "life": {r["variant"]: r for r in life}, "life_rows": life}
+            "life": {r["variant"]: r for r in life}, "life_rows": life, "records": records}
+
+
+# What each WAL record of an event's life is for.
+RECORD_WHY = {
+    "Heap/INSERT": "the row (staged event; with the archive, the archived copy)",
+    "Heap/INSERT+INIT": "the same, first row of a new page",
+    "Heap/UPDATE": "the claim's (pgmq: read's) new row version",
+    "Heap/UPDATE+INIT": "the same, into a new page",
+    "Heap/HOT_UPDATE": "a new row version with no index change",
+    "Heap/LOCK": "a row lock (FOR UPDATE), and the old version's mark before an update "
+                 "moves the row to another page",
+    "Heap/DELETE": "the ack's (pgmq: delete's) removal of the row",
+    "Heap2/PRUNE": "page pruning of dead versions",
+    "Btree/INSERT_LEAF": "an index entry (primary key, claimable or vt index, archive key)",
+    "Btree/INSERT_UPPER": "an index page split's parent entry",
+    "Btree/SPLIT_L": "an index page split", "Btree/SPLIT_R": "an index page split",
+    "Btree/DEDUP": "index deduplication", "Btree/NEWROOT": "a new index root",
+    "Btree/DELETE": "index entries of dead rows removed",
+    "BRIN/SAMEPAGE_UPDATE": "the archive's published_at summary",
+    "Transaction/COMMIT": "the commits", "Sequence/LOG": "the id sequence (one per 32 ids)",
+}
 
 
 def _ratio(a, b):
@@ -297,6 +321,29 @@ def page(d, machine):
                         LABEL[r["variant"]], int(r["wal_total"]) / int(base["wal_total"]),
                         int(r["wal_drain"]) / int(base["wal_drain"]),
                         int(r["queue_bytes"]) / max(int(base["queue_bytes"]), 1)))
+        out.append("")
+    recs = d.get("records") or []
+    if recs and life:
+        events = {r["variant"]: int(r["events"]) for r in life}
+        have = [v for v in VARIANTS if any(r["variant"] == v for r in recs)]
+        out.append("## WAL by record type\n")
+        out.append("The same life, by `pg_waldump --stats=record` between the steps' LSNs: bytes "
+                   "per event of each record type (full-page images included), the staging "
+                   "and the drain apart.\n")
+        out.append("| step | record | " + " | ".join(LABEL[v] for v in have) + " | what it is |")
+        out.append("|" + "---|" * (len(have) + 3))
+        for step in ("stage", "drain"):
+            types = sorted({r["record"] for r in recs if r["step"] == step})
+            per = {(r["variant"], r["record"]): int(r["bytes"]) / events[r["variant"]]
+                   for r in recs if r["step"] == step}
+            for t in types:
+                if max(per.get((v, t), 0) for v in have) < 1:
+                    continue
+                out.append("| %s | %s | %s | %s |" % (step, t, " | ".join(
+                    "%.0f" % per[(v, t)] if (v, t) in per else "" for v in have),
+                    RECORD_WHY.get(t, "")))
+            out.append("| %s | **total** | %s | |" % (step, " | ".join(
+                "**%.0f**" % sum(b for (v2, _), b in per.items() if v2 == v) for v in have)))
         out.append("")
     return "\n".join(out)
 

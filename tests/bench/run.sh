@@ -405,6 +405,10 @@ stop_cluster
 if [ "$HAVE_OUTBOX" = t ]; then
     OUTBOX_COPY=$WORK/outbox bash "$BENCH/outbox.sh" "$MODE" ||
         echo "the outbox benchmark failed (exit $?): its targets are not measured" >&2
+    # The same cells by instruction count (callgrind): what the server does
+    # per event, whatever the machine's load and disk (results/outbox_instructions.md).
+    bash "$BENCH/outbox_instructions.sh" ||
+        echo "the outbox instruction probe failed (exit $?)" >&2
 fi
 # Cost as the work grows (clients, keys piling up, follower wake-up), on
 # a cluster of its own: results/growth.md.

@@ -59,6 +59,42 @@ WHY = {
         "floor (the stage side as for `outbox_stage1`; the drain side passes its own "
         "targets). The throughput gap is within the run-to-run spread: 1.04, 0.85 and 0.94 × "
         "in today's three runs since staging went direct."),
+    # Issue 23's cells against pgmq.  A throughput miss of a cell that commits
+    # once per event or batch on both sides, with the instruction count's
+    # ratio passing, is the disk's: the same commits, the same fsyncs.
+    "outbox_pgmq_stage1": (
+        "One event per transaction: pg_idem and pgmq commit, and wait for the WAL flush, "
+        "once per event, so on a disk whose fsync dominates (this machine's, shared with "
+        "other work) both run at the commit rate and their ratio is about 1 whatever the "
+        "statements cost. By server instructions per event (callgrind, "
+        "results/outbox_instructions.md) pg_idem's stage is about a quarter of pgmq's "
+        "(pgmq.send is PL/pgSQL around a dynamic INSERT)."),
+    "outbox_pgmq_stage100": (
+        "Measured by instruction count (callgrind, results/outbox_instructions.md): per event "
+        "staged by 100 both do the same work, one heap insert and two B-tree inserts, and the "
+        "two B-tree inserts are half of pg_idem's cost (15.1 k of 30.1 k instructions, "
+        "`index_insert`). The rest of the difference is pg_idem's wider row (16 columns "
+        "against pgmq's 6), its claimable index's three columns (scope, available_at, id) "
+        "against pgmq's one (vt), the two partial indexes' predicates checked per insert, and "
+        "the queue's fillfactor 40: its extra pages cost 1.3 k instructions per staged event "
+        "(28.9 k at fillfactor 100 against 30.1 k), and buy the claim's same-page rewrite "
+        "(WAL per consumed event 0.75 × pgmq's; claim + ack 100 1.4 × pgmq by instructions). "
+        "What would close it: a narrower queue row (the scope in the claimable index is what "
+        "keeps one role's drainers off another's events)."),
+    "outbox_pgmq_drain1": (
+        "Claim and ack of one event are two transactions, each a commit and a WAL flush on "
+        "both sides: commit-bound on this machine's disk, as for `outbox_pgmq_stage1`. By "
+        "server instructions per event pg_idem's claim + ack is about a quarter of pgmq's "
+        "(results/outbox_instructions.md)."),
+    "outbox_pgmq_drain100": (
+        "By server instructions per event (results/outbox_instructions.md) pg_idem's claim + "
+        "ack of 100 is about 1.4 × faster than pgmq's read + delete with the archive off, and "
+        "about 1.1 × with it; a throughput miss in the same run is the shared machine's "
+        "(the cells' rounds spread by more than the gap: see the spread line)."),
+    "outbox_pgmq_mixed": (
+        "Producers commit per event and drainers per batch on both sides: commit-bound on "
+        "this machine's disk, as for `outbox_pgmq_stage1`; the statements' own cost is in "
+        "results/outbox_instructions.md."),
 }
 
 NOT_EXPLAINED = "*No measurement of this miss's cause has been recorded (tests/bench/why.py).*"
