@@ -252,15 +252,29 @@ class Runner:
             pass
         self.pool.putconn(conn)
 
+    def _query(self, op):
+        try:
+            cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
+        except psycopg.Error as exc:
+            if not e.unprepared_retry(op, exc):
+                raise
+            cur = op.conn.execute(op.sql, op.params, prepare=False)
+        return cur.fetchone() if cur.description else None
+
+    def _batch(self, op):
+        if not e.pipeline_mode():
+            return [self._query(q) for q in op.queries]
+        conn = op.queries[0].conn
+        # Sent at the block's end (one Sync); the first error raises there.
+        with conn.pipeline():
+            curs = [conn.execute(q.sql, q.params, prepare=q.prepare) for q in op.queries]
+        return [cur.fetchone() if cur.description else None for cur in curs]
+
     def _do(self, op):
         if isinstance(op, e.Query):
-            try:
-                cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
-            except psycopg.Error as exc:
-                if not e.unprepared_retry(op, exc):
-                    raise
-                cur = op.conn.execute(op.sql, op.params, prepare=False)
-            return cur.fetchone() if cur.description else None
+            return self._query(op)
+        if isinstance(op, e.Batch):
+            return self._batch(op)
         if isinstance(op, e.Acquire):
             return self._acquire(op.second)
         if isinstance(op, e.Release):
