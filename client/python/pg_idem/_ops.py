@@ -16,9 +16,9 @@ PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
 # session, where psycopg's prepared statements do not exist (26000), clash
 # (42P05) or are another client's: such a connection must not prepare.
 BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
-# Whether the drivers send a Batch in one flight: psycopg's pipeline mode
-# needs libpq 14 or later, at run time and where psycopg was built (with
-# libpq 13 a Batch is sent one statement at a time).
+# Whether the drivers send a Batch in one flight: pipeline mode needs
+# libpq 14 or later, at run time and where psycopg was built (psycopg says
+# so); with libpq 13 a Batch is sent one statement at a time.
 PIPELINE = psycopg.Pipeline.is_supported()
 
 
@@ -41,13 +41,13 @@ class Query:
 
 @dataclasses.dataclass
 class Batch:
-    """Run the queries, all on one connection, in one flight (psycopg's
-    pipeline mode: one Sync, one round trip); the driver sends back the
-    first row (or None) of each. The first that fails raises its error and
-    the server skips the rest, as if they had been sent one by one and the
-    sequence had stopped there. Where pipeline mode is missing (libpq
-    older than 14, or a psycopg built against one) they are sent one by
-    one: the same results and errors, a round trip each."""
+    """Run the queries, all on one connection, in one flight (libpq's
+    pipeline mode, pg_idem._flight: one Sync, one round trip); the driver
+    sends back the first row (or None) of each. The first that fails
+    raises its error and the server skips the rest, as if they had been
+    sent one by one and the sequence had stopped there. Where pipeline
+    mode is missing (libpq older than 14) they are sent one by one: the
+    same results and errors, a round trip each."""
     queries: list
 
 

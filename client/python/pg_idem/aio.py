@@ -10,6 +10,7 @@ import psycopg
 from psycopg import pq
 
 from . import _engine as e
+from . import _flight
 from .config import Config
 from .runner import RetryRequest, _exhausted, utf8_kwargs
 
@@ -227,11 +228,7 @@ class AsyncRunner:
     async def _batch(self, op):
         if not e.pipeline_mode():
             return [await self._query(q) for q in op.queries]
-        conn = op.queries[0].conn
-        # Sent at the block's end (one Sync); the first error raises there.
-        async with conn.pipeline():
-            curs = [await conn.execute(q.sql, q.params, prepare=q.prepare) for q in op.queries]
-        return [(await cur.fetchone()) if cur.description else None for cur in curs]
+        return await _flight.send_async(op.queries[0].conn, op.queries)
 
     async def _do(self, op):
         if isinstance(op, e.Query):

@@ -11,6 +11,7 @@ import psycopg.conninfo
 from psycopg import pq
 
 from . import _engine as e
+from . import _flight
 from .config import Config
 
 
@@ -264,11 +265,7 @@ class Runner:
     def _batch(self, op):
         if not e.pipeline_mode():
             return [self._query(q) for q in op.queries]
-        conn = op.queries[0].conn
-        # Sent at the block's end (one Sync); the first error raises there.
-        with conn.pipeline():
-            curs = [conn.execute(q.sql, q.params, prepare=q.prepare) for q in op.queries]
-        return [cur.fetchone() if cur.description else None for cur in curs]
+        return _flight.send(op.queries[0].conn, op.queries)
 
     def _do(self, op):
         if isinstance(op, e.Query):

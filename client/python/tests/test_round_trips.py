@@ -190,3 +190,28 @@ def test_a_failed_store_in_the_commit_flight_keeps_the_cooldown(relayed, db):
     assert db.execute("SELECT count(*) FROM effects WHERE note = %s", (note,)).fetchone()[0] == 0
     assert db.execute("SELECT state FROM idem_keys WHERE cache_key = %s",
                       (cache_key(r.principal, r.method, r.target, r.keys[0]),)).fetchone()[0] == "failed"
+
+
+def test_a_flight_whose_prepared_statement_is_gone_prepares_it_again(dsn):
+    # psycopg sends DEALLOCATE ALL after a ROLLBACK it sees, a session
+    # pooler DISCARD ALL: the next first flight finds its statement gone
+    # (26000), is rolled back and sent again, and the request runs once.
+    pool = SimplePool(dsn, max_size=1)
+    runner = Runner(pool, CFG)
+    runs = []
+
+    def handler(tx, claim):
+        runs.append(claim.claim_id)
+        return Response(201, [], b"made")
+    try:
+        assert runner.run_in_transaction(req("/prepared"), handler).outcome == "won_completed"
+        conn = pool.getconn()
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'pg_idem_flight_%'"
+                            ).fetchone()[0] == 1
+        conn.execute("DEALLOCATE ALL")
+        pool.putconn(conn)
+        res = runner.run_in_transaction(req("/prepared"), handler)
+        assert res.outcome == "won_completed", res.error
+        assert len(runs) == 2
+    finally:
+        pool.close()
