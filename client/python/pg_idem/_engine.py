@@ -487,10 +487,15 @@ class Engine:
     def begin(self, conn, isolation):
         yield self.begin_query(conn, isolation)
 
-    def rollback_quietly(self, conn):
+    def rollback_quietly(self, conn, flight=False):
+        """flight: in-transaction mode's, sent as a Batch. psycopg, when it
+        sees a ROLLBACK, forgets its prepared statements and sends
+        DEALLOCATE ALL, which would take the flights' prepared claim with
+        them; prepared statements outlive a rollback, so it need not."""
         if conn is not None and not conn.broken:
             try:
-                yield Query(conn, "ROLLBACK", None, False)
+                rollback = Query(conn, "ROLLBACK", None, False)
+                yield Batch([rollback]) if flight else rollback
             except psycopg.Error:
                 pass
 
@@ -630,7 +635,7 @@ class Engine:
         try:
             yield Batch(self.failing(conn, c, claim_id) + [Query(conn, "COMMIT", None, False)])
         except psycopg.Error:
-            yield from self.rollback_quietly(conn)
+            yield from self.rollback_quietly(conn, True)
 
     def failing(self, conn, c, claim_id):
         """The statements that drop the handler's writes and keep the claim failed, with a cooldown."""
@@ -682,19 +687,19 @@ class Engine:
                                      Query(conn, "SAVEPOINT idem_handler", None, False)])
                     row = parse_row(t[1])
             except psycopg.errors.LockNotAvailable:
-                yield from self.rollback_quietly(conn)
+                yield from self.rollback_quietly(conn, True)
                 if time.monotonic() >= c.deadline:
                     return self.timed_out(c)
                 continue
             except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as e:
-                yield from self.rollback_quietly(conn)
+                yield from self.rollback_quietly(conn, True)
                 attempts += 1
                 if attempts >= self.cfg.transaction_attempts:
                     return self.unavailable(c, e)
                 continue
             except psycopg.Error as e:
                 if in_tx:
-                    yield from self.rollback_quietly(conn)
+                    yield from self.rollback_quietly(conn, True)
                 return self.unavailable(c, e)
 
             if do_claim and row.won:
@@ -707,7 +712,7 @@ class Engine:
                 except Exception as e:
                     if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
                         attempts += 1
-                        yield from self.rollback_quietly(conn)
+                        yield from self.rollback_quietly(conn, True)
                         do_claim, wait = True, False
                         continue  # everything rolled back, the claim too: run it again
                     # The handler raised: keep a cooldown, drop its writes.
@@ -739,7 +744,7 @@ class Engine:
                 except psycopg.Error as e:
                     if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
                         attempts += 1
-                        yield from self.rollback_quietly(conn)
+                        yield from self.rollback_quietly(conn, True)
                         do_claim, wait = True, False
                         continue  # everything rolled back, the claim too
                     # Nothing of this request is committed. Keep a cooldown
@@ -757,7 +762,7 @@ class Engine:
                 return self.finish(c, "failed" if action == FAIL else "won_completed")
 
             if in_tx:
-                yield from self.rollback_quietly(conn)
+                yield from self.rollback_quietly(conn, True)
             n = yield from self.follow(c, row, (self.server_wait or (False, False))[1])
             if isinstance(n, RunResult):
                 return n

@@ -215,3 +215,28 @@ def test_a_flight_whose_prepared_statement_is_gone_prepares_it_again(dsn):
         assert len(runs) == 2
     finally:
         pool.close()
+
+
+def test_a_replay_leaves_the_prepared_statements_in_place(relayed):
+    # Prepared statements (psycopg's and the flights') outlive a ROLLBACK,
+    # but psycopg forgets its own and sends DEALLOCATE ALL after one it
+    # sees: the runner's rollbacks in in-transaction mode go in flights of
+    # their own, so that after a replay a request takes its three flights
+    # (two and the handler's INSERT), no DEALLOCATE ALL and no second try.
+    dsn, relay = relayed
+    pool = SimplePool(dsn, max_size=1)
+    runner = Runner(pool, CFG)
+    try:
+        for _ in range(6):  # psycopg prepares the handler's INSERT on its fifth use
+            assert runner.run_in_transaction(req("/kept"), tx_ok).outcome == "won_completed"
+        r = req("/kept")
+        assert runner.run_in_transaction(r, tx_ok).outcome == "won_completed"
+        assert runner.run_in_transaction(r, tx_ok).replayed
+        count = Counter(relay)
+        for _ in range(2):
+            assert runner.run_in_transaction(req("/kept"), tx_ok).outcome == "won_completed"
+            n, log = count.take()
+            assert n == 3, log
+            assert not any("DEALLOCATE" in s or s == "ROLLBACK" for f in log for s in f), log
+    finally:
+        pool.close()
