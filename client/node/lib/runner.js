@@ -465,13 +465,16 @@ class Runner {
 
   // ---- transactions ----------------------------------------------------------
 
+  // BEGIN, with the isolation level named (only the ones in ISOLATION).
+  beginText(isolation) {
+    if (!isolation) return 'BEGIN';
+    const level = ISOLATION[String(isolation).toLowerCase()];
+    if (!level) throw new TypeError(`unknown isolation level ${isolation}`);
+    return `BEGIN ISOLATION LEVEL ${level}`;
+  }
+
   async begin(client, isolation) {
-    await client.query('BEGIN');
-    if (isolation) {
-      const level = ISOLATION[String(isolation).toLowerCase()];
-      if (!level) throw new TypeError(`unknown isolation level ${isolation}`);
-      await client.query(`SET TRANSACTION ISOLATION LEVEL ${level}`);
-    }
+    await client.query(this.beginText(isolation));
   }
 
   async rollbackQuietly(client) {
@@ -670,15 +673,24 @@ class Runner {
         if (!doClaim) row = await this.lookup(c, client);
         else {
           const caps = (await this.ready(client)).serverWait;
-          await this.begin(client, isolation);
-          inTx = true;
           const rem = Math.max(0, c.deadline - now());
           const slice = Math.min(rem, this.config.waitSlice);
           const lease = msText(this.config.lease);
           // Duplicates wait inside idem_begin for the first transaction, a slice at a time.
-          row = this.parseRow(wait && caps.begin
-            ? await this.q(client, this.sql.beginWait, [lockTimeoutText(slice + 1000), c.ck, c.rh, lease, msText(slice)])
-            : await this.q(client, this.sql.begin, [lockTimeoutText(rem), c.ck, c.rh, lease]));
+          const values = wait && caps.begin
+            ? [lockTimeoutText(slice + 1000), c.ck, c.rh, lease, msText(slice)]
+            : [lockTimeoutText(rem), c.ck, c.rh, lease];
+          // BEGIN, the claim and the handler's savepoint in one flight:
+          // node-postgres sends a query without parameters as one
+          // simple-protocol Query, which may hold several statements (the
+          // server skips the rest after one fails). The claim's values are
+          // literals there, quoted by node-postgres: two hashes and the
+          // runner's own interval texts. A follower rolls the savepoint
+          // back with the rest.
+          const text = `${this.beginText(isolation)}; ${this.sql.beginInline(values)}; SAVEPOINT idem_handler`;
+          inTx = true;
+          const rs = await client.query({ text, types: TYPES });
+          row = this.parseRow(rs[1].rows[0]);
         }
       } catch (e) {
         if (inTx) await this.rollbackQuietly(client);
@@ -699,7 +711,6 @@ class Runner {
         const ctx = new ClaimContext(row.generation, row.claimId, c.ck);
         let resp;
         try {
-          await client.query('SAVEPOINT idem_handler');
           c.res.handlerRan = true;
           resp = asResponse(await handler(client, ctx));
         } catch (e) {

@@ -3,7 +3,19 @@
 // behind a transaction-mode pooler; set_config(..., true) is local to its
 // statement's transaction, so no session state is left behind.
 
+const pg = require('pg');
+
 const quoteIdent = (s) => `"${s.replace(/"/g, '""')}"`;
+// node-postgres' own quoting (E'...' with backslashes doubled when there is
+// one: right whatever standard_conforming_strings says); pg.escapeLiteral
+// is exported from 8.11.3 on, the Client method in every 8.x.
+const escapeLiteral = pg.escapeLiteral || ((s) => pg.Client.prototype.escapeLiteral(s));
+
+// A value as an SQL literal of the simple protocol (the statement casts
+// it): a Buffer as bytea's hex form (hex digits only), anything else as text.
+function literal(v) {
+  return escapeLiteral(Buffer.isBuffer(v) ? `\\x${v.toString('hex')}` : String(v));
+}
 
 // idem.max_response_bytes as current_setting shows it ("2MB", "1024", "-1").
 function parseSizeSetting(text) {
@@ -18,16 +30,25 @@ function statements(schema) {
     + 'r.response_status, r.response_headers::text, r.response_body';
   const lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
   const lease = 'CASE WHEN s.lt IS NOT NULL THEN $4::interval END';
-  const beginFrom = ", pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT "
-    + "pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
+  // idem_begin's statements with their arguments in $1..$5 (a bind
+  // parameter each) or as literals (sent in one simple-protocol Query with
+  // BEGIN: ./runner.js, inTxLoop).
+  const begin = (a) => `${cols}, pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT `
+    + `pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', ${a[0]}, true) AS lt) s `
+    + `CROSS JOIN LATERAL ${p}idem_begin(${a[1]}::bytea, ${a[2]}::bytea, CASE WHEN s.lt IS NOT NULL THEN ${a[3]}::interval END`
+    + `${a.length > 4 ? `, ${a[4]}::interval` : ''}) r`;
+  const params = (n) => Array.from({ length: n }, (_, i) => `$${i + 1}`);
   return {
     // lock_timeout is set before idem_claim runs (the LATERAL reference orders them).
     claim: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}) r`,
     claimWait: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
     lookup: `${cols} FROM ${p}idem_lookup($1::bytea, $2::bytea) r`,
     // In the caller's transaction: the budget as lock_timeout for idem_begin only.
-    begin: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}) r`,
-    beginWait: `${cols}${beginFrom}${p}idem_begin($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
+    begin: begin(params(4)),
+    beginWait: begin(params(5)),
+    // The same with the values in the text: only hashes and the runner's own
+    // interval texts, never the request's or the response's content.
+    beginInline: (values) => begin(values.map(literal)),
     renew: `SELECT CASE WHEN s.lt IS NOT NULL THEN ${p}idem_renew($2::bytea, $3::uuid, $4::interval) IS NOT NULL END AS ok`
       + " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s",
     // Over the client's cap the server records "completed, not replayable"
@@ -45,4 +66,4 @@ function statements(schema) {
   };
 }
 
-module.exports = { statements, parseSizeSetting, quoteIdent };
+module.exports = { statements, parseSizeSetting, quoteIdent, literal };

@@ -23,8 +23,8 @@ from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Resp
                    classify, headers_from_json, problems)
 from .key import KeyStatus, cache_key, check_key_header, request_hash
 # The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
-from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, CallHandler, Query, Release, Sleep,  # noqa: F401
-                   StartKeeper, StopKeeper, unprepared_retry)
+from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, Batch, CallHandler, Query,  # noqa: F401
+                   Release, Sleep, StartKeeper, StopKeeper, pipeline_mode, unprepared_retry)
 # _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
 from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
 
@@ -480,15 +480,22 @@ class Engine:
     # Transaction control is never prepared: psycopg prepares a statement
     # after prepare_threshold uses, and a COMMIT refused by a pooler's
     # prepared-statement clash would take the handler's writes down.
-    def begin(self, conn, isolation):
-        yield Query(conn, "BEGIN", None, False)
-        if ISOLATION.get(isolation):
-            yield Query(conn, "SET TRANSACTION ISOLATION LEVEL " + ISOLATION[isolation], None, False)
+    def begin_query(self, conn, isolation):
+        level = ISOLATION.get(isolation)
+        return Query(conn, "BEGIN ISOLATION LEVEL " + level if level else "BEGIN", None, False)
 
-    def rollback_quietly(self, conn):
+    def begin(self, conn, isolation):
+        yield self.begin_query(conn, isolation)
+
+    def rollback_quietly(self, conn, flight=False):
+        """flight: in-transaction mode's, sent as a Batch. psycopg, when it
+        sees a ROLLBACK, forgets its prepared statements and sends
+        DEALLOCATE ALL, which would take the flights' prepared claim with
+        them; prepared statements outlive a rollback, so it need not."""
         if conn is not None and not conn.broken:
             try:
-                yield Query(conn, "ROLLBACK", None, False)
+                rollback = Query(conn, "ROLLBACK", None, False)
+                yield Batch([rollback]) if flight else rollback
             except psycopg.Error:
                 pass
 
@@ -567,11 +574,13 @@ class Engine:
                         result = "won_completed"
                         break
                     # The fence: raises IL001 if the claim is no longer ours,
-                    # taking the handler's writes down with it. Unprepared, so
-                    # that no statement cache can abort the transaction.
-                    t = yield Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True), False)
-                    committing = True
-                    yield Query(tx, "COMMIT", None, False)
+                    # taking the handler's writes down with it (COMMIT, in
+                    # the same flight, is skipped). Unprepared, so that no
+                    # statement cache can abort the transaction.
+                    committing = True  # a connection lost in this flight may have committed
+                    t = (yield Batch([Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
+                                            False),
+                                      Query(tx, "COMMIT", None, False)]))[0]
                     result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
                     c.res.events.append("finalized")
                     todo = "done"
@@ -624,11 +633,14 @@ class Engine:
         """After the handler raised or its result could not be stored: roll its
         writes back to the savepoint and commit the claim failed, with a cooldown."""
         try:
-            yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler", None, False)
-            yield Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)), False)
-            yield Query(conn, "COMMIT", None, False)
+            yield Batch(self.failing(conn, c, claim_id) + [Query(conn, "COMMIT", None, False)])
         except psycopg.Error:
-            yield from self.rollback_quietly(conn)
+            yield from self.rollback_quietly(conn, True)
+
+    def failing(self, conn, c, claim_id):
+        """The statements that drop the handler's writes and keep the claim failed, with a cooldown."""
+        return [Query(conn, "ROLLBACK TO SAVEPOINT idem_handler", None, False),
+                Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)), False)]
 
     def run_in_transaction(self, req, handler, isolation=None):
         early, c = self.prepare(req)
@@ -656,34 +668,38 @@ class Engine:
                 if not do_claim:
                     row = yield from self.lookup(c, conn)
                 else:
+                    # Asked before BEGIN: a failed catalog read must not abort the transaction.
                     caps = yield from self.capabilities(conn)
-                    yield from self.begin(conn, isolation)
-                    in_tx = True
                     rem = _remaining(c.deadline)
                     lease = _ms_text(self.cfg.lease)
                     # Duplicates wait inside idem_begin for the first
                     # transaction, bounded by the budget.
                     if wait and caps[1]:
                         part = min(rem, WAIT_SLICE)  # in slices, as claim()'s
-                        t = yield Query(conn, self.sql.begin_wait,
-                                        (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
+                        claim = Query(conn, self.sql.begin_wait,
+                                      (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
                     else:
-                        t = yield Query(conn, self.sql.begin, (_lock_timeout_text(rem), c.ck, c.rh, lease))
-                    row = parse_row(t)
+                        claim = Query(conn, self.sql.begin, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+                    # BEGIN, the claim and the handler's savepoint in one
+                    # flight (a follower rolls the savepoint back with the rest).
+                    in_tx = True
+                    t = yield Batch([self.begin_query(conn, isolation), claim,
+                                     Query(conn, "SAVEPOINT idem_handler", None, False)])
+                    row = parse_row(t[1])
             except psycopg.errors.LockNotAvailable:
-                yield from self.rollback_quietly(conn)
+                yield from self.rollback_quietly(conn, True)
                 if time.monotonic() >= c.deadline:
                     return self.timed_out(c)
                 continue
             except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as e:
-                yield from self.rollback_quietly(conn)
+                yield from self.rollback_quietly(conn, True)
                 attempts += 1
                 if attempts >= self.cfg.transaction_attempts:
                     return self.unavailable(c, e)
                 continue
             except psycopg.Error as e:
                 if in_tx:
-                    yield from self.rollback_quietly(conn)
+                    yield from self.rollback_quietly(conn, True)
                 return self.unavailable(c, e)
 
             if do_claim and row.won:
@@ -691,13 +707,12 @@ class Engine:
                 c.res.generation = row.generation
                 ctx = ClaimContext(row.generation, row.claim_id, c.ck)
                 try:
-                    yield Query(conn, "SAVEPOINT idem_handler", None, False)
                     c.res.handler_ran = True
                     resp = _as_response((yield CallHandler(handler, (conn, ctx))))
                 except Exception as e:
                     if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
                         attempts += 1
-                        yield from self.rollback_quietly(conn)
+                        yield from self.rollback_quietly(conn, True)
                         do_claim, wait = True, False
                         continue  # everything rolled back, the claim too: run it again
                     # The handler raised: keep a cooldown, drop its writes.
@@ -711,23 +726,25 @@ class Engine:
                 try:
                     action = self.classify(resp.status)
                     setting = None
-                    # Unprepared: no statement cache may abort the handler's transaction.
+                    # Unprepared: no statement cache may abort the handler's
+                    # transaction. With COMMIT in one flight: a statement
+                    # that fails skips it, and the transaction is left
+                    # aborted, as when COMMIT was never sent.
                     if action == FINALIZE:
-                        t = yield Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
-                                        False)
-                        setting = _text(t[1])
+                        store = [Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
+                                       False)]
                     elif action == RELEASE:
-                        yield Query(conn, self.sql.release, (c.ck, row.claim_id), False)
+                        store = [Query(conn, self.sql.release, (c.ck, row.claim_id), False)]
                     else:
                         # A failure keeps none of the handler's writes but keeps the cooldown.
-                        yield Query(conn, "ROLLBACK TO SAVEPOINT idem_handler", None, False)
-                        yield Query(conn, self.sql.fail, (c.ck, row.claim_id, _ms_text(self.cfg.failure_cooldown)),
-                                    False)
-                    yield Query(conn, "COMMIT", None, False)
+                        store = self.failing(conn, c, row.claim_id)
+                    t = yield Batch(store + [Query(conn, "COMMIT", None, False)])
+                    if action == FINALIZE:
+                        setting = _text(t[0][1])
                 except psycopg.Error as e:
                     if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
                         attempts += 1
-                        yield from self.rollback_quietly(conn)
+                        yield from self.rollback_quietly(conn, True)
                         do_claim, wait = True, False
                         continue  # everything rolled back, the claim too
                     # Nothing of this request is committed. Keep a cooldown
@@ -745,7 +762,7 @@ class Engine:
                 return self.finish(c, "failed" if action == FAIL else "won_completed")
 
             if in_tx:
-                yield from self.rollback_quietly(conn)
+                yield from self.rollback_quietly(conn, True)
             n = yield from self.follow(c, row, (self.server_wait or (False, False))[1])
             if isinstance(n, RunResult):
                 return n

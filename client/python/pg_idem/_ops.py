@@ -16,6 +16,15 @@ PREPARED_STATEMENT_ERRORS = ("26000", "42P05")
 # session, where psycopg's prepared statements do not exist (26000), clash
 # (42P05) or are another client's: such a connection must not prepare.
 BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
+# Whether the drivers send a Batch in one flight: pipeline mode needs
+# libpq 14 or later, at run time and where psycopg was built (psycopg says
+# so); with libpq 13 a Batch is sent one statement at a time.
+PIPELINE = psycopg.Pipeline.is_supported()
+
+
+def pipeline_mode():
+    """Whether a Batch goes in one flight (the tests turn PIPELINE off to run the fallback)."""
+    return PIPELINE
 
 
 @dataclasses.dataclass
@@ -28,6 +37,18 @@ class Query:
     sql: str
     params: tuple = None
     prepare: bool = None
+
+
+@dataclasses.dataclass
+class Batch:
+    """Run the queries, all on one connection, in one flight (libpq's
+    pipeline mode, pg_idem._flight: one Sync, one round trip); the driver
+    sends back the first row (or None) of each. The first that fails
+    raises its error and the server skips the rest, as if they had been
+    sent one by one and the sequence had stopped there. Where pipeline
+    mode is missing (libpq older than 14) they are sent one by one: the
+    same results and errors, a round trip each."""
+    queries: list
 
 
 @dataclasses.dataclass
@@ -71,7 +92,6 @@ class StartKeeper:
 @dataclasses.dataclass
 class StopKeeper:
     keeper: object
-
 
 
 def _sqlstate(e):

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import pq
 
 from . import _engine as e
+from . import _flight
 from .config import Config
 from .runner import RetryRequest, _exhausted, utf8_kwargs
 
@@ -215,15 +216,25 @@ class AsyncRunner:
             pass
         await self.pool.putconn(conn)
 
+    async def _query(self, op):
+        try:
+            cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
+        except psycopg.Error as exc:
+            if not e.unprepared_retry(op, exc):
+                raise
+            cur = await op.conn.execute(op.sql, op.params, prepare=False)
+        return (await cur.fetchone()) if cur.description else None
+
+    async def _batch(self, op):
+        if not e.pipeline_mode():
+            return [await self._query(q) for q in op.queries]
+        return await _flight.send_async(op.queries[0].conn, op.queries)
+
     async def _do(self, op):
         if isinstance(op, e.Query):
-            try:
-                cur = await op.conn.execute(op.sql, op.params, prepare=op.prepare)
-            except psycopg.Error as exc:
-                if not e.unprepared_retry(op, exc):
-                    raise
-                cur = await op.conn.execute(op.sql, op.params, prepare=False)
-            return (await cur.fetchone()) if cur.description else None
+            return await self._query(op)
+        if isinstance(op, e.Batch):
+            return await self._batch(op)
         if isinstance(op, e.Acquire):
             return await self._acquire(op.second)
         if isinstance(op, e.Release):

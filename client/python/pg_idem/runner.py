@@ -11,6 +11,7 @@ import psycopg.conninfo
 from psycopg import pq
 
 from . import _engine as e
+from . import _flight
 from .config import Config
 
 
@@ -252,15 +253,25 @@ class Runner:
             pass
         self.pool.putconn(conn)
 
+    def _query(self, op):
+        try:
+            cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
+        except psycopg.Error as exc:
+            if not e.unprepared_retry(op, exc):
+                raise
+            cur = op.conn.execute(op.sql, op.params, prepare=False)
+        return cur.fetchone() if cur.description else None
+
+    def _batch(self, op):
+        if not e.pipeline_mode():
+            return [self._query(q) for q in op.queries]
+        return _flight.send(op.queries[0].conn, op.queries)
+
     def _do(self, op):
         if isinstance(op, e.Query):
-            try:
-                cur = op.conn.execute(op.sql, op.params, prepare=op.prepare)
-            except psycopg.Error as exc:
-                if not e.unprepared_retry(op, exc):
-                    raise
-                cur = op.conn.execute(op.sql, op.params, prepare=False)
-            return cur.fetchone() if cur.description else None
+            return self._query(op)
+        if isinstance(op, e.Batch):
+            return self._batch(op)
         if isinstance(op, e.Acquire):
             return self._acquire(op.second)
         if isinstance(op, e.Release):
