@@ -37,10 +37,11 @@ class StoreMisconfigured(psycopg.ProgrammingError):
 
 
 def preflight_sql():
-    """One row about the extension as this role sees it (none: not installed)."""
+    """One row about the extension as this role sees it (none: not installed;
+    a NULL version: a PL/Proxy router, the row about its functions)."""
     fn_list = ", ".join("'%s'" % f for f in FUNCTIONS)
     return (
-        "SELECT e.extversion, n.nspname, "
+        "SELECT n.extversion, n.nspname, "
         "n.nspname = ANY (pg_catalog.current_schemas(false)), "
         "pg_catalog.has_schema_privilege(n.oid, 'USAGE'), "
         "(SELECT pg_catalog.string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) "
@@ -53,8 +54,15 @@ def preflight_sql():
         "(SELECT s.setting::float8 * CASE s.unit WHEN 'ms' THEN 0.001 WHEN 's' THEN 1 WHEN 'min' THEN 60 END "
         "   FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
         "current_user "
-        "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
-        "WHERE e.extname = 'pg_idem'")
+        "FROM (SELECT e.extversion, n.oid, n.nspname FROM pg_catalog.pg_extension e "
+        "      JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_idem' "
+        # A PL/Proxy router (docs/guides/sharding.md) has no extension: its
+        # idem_* functions on the path forward to partitions that have it.
+        "      UNION ALL SELECT NULL, n.oid, n.nspname FROM pg_catalog.pg_proc p "
+        "      JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+        "      WHERE p.proname = 'idem_claim' AND pg_catalog.pg_function_is_visible(p.oid) "
+        "        AND NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_idem') "
+        "      LIMIT 1) AS n(extversion, oid, nspname)")
 
 
 def _version(text):
@@ -66,12 +74,15 @@ def verify(row, cfg, database):
     extension; raises StoreMisconfigured with the fix otherwise."""
     if row is None:
         raise StoreMisconfigured(
-            "the extension pg_idem is not installed in the database %s" % database,
+            "the extension pg_idem is not installed in the database %s (nor is it a PL/Proxy router: "
+            "no idem_claim on the search_path)" % database,
             "run CREATE EXTENSION pg_idem (as a superuser; see the README's Getting started)")
     # On a SQL_ASCII database psycopg hands text columns over as bytes.
     version, schema, on_path, usage, denied, claim_wait, begin_wait, max_lease, user = (
         bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else v for v in row)
-    if _version(version) < _version(OLDEST_EXTENSION):
+    # No version: a router, whose partitions' versions it does not show
+    # (docs/guides/sharding.md); the rest is checked on its own functions.
+    if version is not None and _version(version) < _version(OLDEST_EXTENSION):
         raise StoreMisconfigured(
             "the extension pg_idem is version %s; this client needs %s or newer" % (version, OLDEST_EXTENSION),
             "run ALTER EXTENSION pg_idem UPDATE")
