@@ -143,6 +143,19 @@ TEST(Conformance, StorageOfEveryStatus)
     }
 }
 
+// The oldest extension the runner accepts is the protocol's, as in the
+// other clients; the validation failures they release by default are
+// stored by this client (it has no option to release them).
+TEST(Conformance, ClientDefaults)
+{
+    const json &c = conformance().at("client");
+    EXPECT_EQ(std::string(oldest_extension), c.at("oldest_extension").get<std::string>());
+    EXPECT_EQ(std::string(protocol::oldest_extension), c.at("oldest_extension").get<std::string>());
+    EXPECT_FALSE(c.at("validation_statuses").empty());
+    for (const json &s : c.at("validation_statuses"))
+        EXPECT_EQ(classify(s.get<int>()), storage_action::finalize) << s;
+}
+
 TEST(Conformance, KeyStatusSentences)
 {
     for (const auto &[name, sentence] : conformance().at("key_statuses").items())

@@ -7,9 +7,9 @@
 // Each misconfiguration is one SetupError saying what to do, instead of
 // every request answering 503 with nothing in the log.
 
-// The oldest extension this client runs against: 0.4.0, the release before
-// this one, whose upgrade path tests/t/050_upgrade.pl checks.
-const OLDEST_EXTENSION = '0.4.0';
+// The oldest extension this client runs against: the protocol's, the same
+// for the three clients (protocol.toml says why it is that one).
+const { OLDEST_EXTENSION } = require('./protocol');
 
 // Every function the runner calls.
 const FUNCTIONS = ['idem_begin', 'idem_claim', 'idem_fail', 'idem_finalize', 'idem_lookup', 'idem_release', 'idem_renew'];
@@ -105,7 +105,18 @@ async function checkSetup(client, config) {
   }
   const serverWait = config.serverWait === false ? { claim: false, begin: false }
     : { claim: Boolean(row.claim_wait), begin: Boolean(row.begin_wait) };
-  return { version: row.version, schema: row.schema, serverWait, maxLease };
+  return { version: row.version, schema: row.schema, serverWait, maxLease, router: row.version === null };
 }
 
-module.exports = { OLDEST_EXTENSION, FUNCTIONS, SetupError, checkSetup, olderThan, settingMs };
+// Fenced and in-transaction modes need the handler's transaction on the
+// partition that owns the key: a PL/Proxy router runs each call in a
+// transaction of its own there (and has no idem_begin), so through it the
+// finalize would commit apart from the handler's writes.
+function routerRefusal(mode) {
+  return new SetupError(`${mode} mode cannot run through a PL/Proxy router, which runs each call in a transaction `
+    + 'of its own on the partition, apart from the handler\'s',
+  'use lease mode through the router, or a pool connected to the partition that owns the key '
+    + '(the router\'s idem_key_partition() and idem_partition_map() name it; docs/guides/sharding.md)');
+}
+
+module.exports = { OLDEST_EXTENSION, FUNCTIONS, SetupError, checkSetup, olderThan, routerRefusal, settingMs };

@@ -14,10 +14,9 @@ import threading
 
 import psycopg
 
-# The oldest extension this client runs against: the first with the
-# functions and arguments the runner sends (lease as an interval, strict
-# finalize, the caller's scope).
-OLDEST_EXTENSION = "0.4.0"
+# The oldest extension this client runs against: the protocol's, the same
+# for the three clients (protocol.toml says why it is that one).
+from .protocol import OLDEST_EXTENSION
 # The functions the runner calls (EXECUTE is checked on each).
 FUNCTIONS = ("idem_claim", "idem_lookup", "idem_renew", "idem_finalize", "idem_release", "idem_fail",
              "idem_begin")
@@ -70,8 +69,9 @@ def _version(text):
 
 
 def verify(row, cfg, database):
-    """(server waits for claims, for begins) if the row shows a usable
-    extension; raises StoreMisconfigured with the fix otherwise."""
+    """(server waits for claims, for begins, is a PL/Proxy router) if the
+    row shows a usable extension; raises StoreMisconfigured with the fix
+    otherwise."""
     if row is None:
         raise StoreMisconfigured(
             "the extension pg_idem is not installed in the database %s (nor is it a PL/Proxy router: "
@@ -103,7 +103,19 @@ def verify(row, cfg, database):
         raise StoreMisconfigured(
             "Config.lease is %g s, over the server's idem.max_lease (%g s)" % (cfg.lease, max_lease),
             "durations in pg_idem.Config are seconds (or datetime.timedelta): pass a shorter lease")
-    return bool(claim_wait), bool(begin_wait)
+    return bool(claim_wait), bool(begin_wait), version is None
+
+
+def router_refusal(mode):
+    """Fenced and in-transaction modes need the handler's transaction on the
+    partition that owns the key: a PL/Proxy router runs each call in a
+    transaction of its own there (and has no idem_begin), so through it the
+    finalize would commit apart from the handler's writes."""
+    return StoreMisconfigured(
+        "%s mode cannot run through a PL/Proxy router, which runs each call in a transaction of its own "
+        "on the partition, apart from the handler's" % mode,
+        "use lease mode through the router, or a pool connected to the partition that owns the key (the "
+        "router's idem_key_partition() and idem_partition_map() name it; docs/guides/sharding.md)")
 
 
 # The fix for each SQLSTATE a misconfigured store answers with.

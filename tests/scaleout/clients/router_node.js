@@ -4,9 +4,10 @@
 //   node router_node.js CLIENT_DIR ROUTER_DSN KEY
 //
 // Runs the first-use check, then one lease-mode request twice with the key
-// KEY, and prints what happened, one fact a line, for the TAP test to
-// compare; a check that refuses is printed too (the test expects it for a
-// role without EXECUTE).
+// KEY, then a fenced and an in-transaction request (keys KEY-fenced and
+// KEY-in-transaction), and prints what happened, one fact a line, for the
+// TAP test to compare; a check that refuses is printed too (the test
+// expects it for a role without EXECUTE).
 const path = require('path');
 
 async function main(clientDir, dsn, key) {
@@ -32,6 +33,15 @@ async function main(clientDir, dsn, key) {
       console.log(`${name} ${r.response.status} ${r.outcome} ${Buffer.from(r.response.body).toString()}`);
     }
     console.log(`runs ${runs}`);
+    // The modes whose point is one transaction are refused, before any claim.
+    for (const [label, mode] of [['fenced', 'runFenced'], ['in-transaction', 'runInTransaction']]) {
+      let ran = 0;
+      const r = await runner[mode]({ ...req, keys: [`${key}-${label}`], body: '{}' }, async () => {
+        ran += 1;
+        return { status: 201, headers: {}, body: '' };
+      });
+      console.log(`${label} ${r.response.status} ${r.outcome} ran ${ran}: ${r.error && r.error.message}`);
+    }
   } finally {
     await runner.pool.end();
   }

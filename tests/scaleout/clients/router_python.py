@@ -3,9 +3,10 @@
     router_python.py ROUTER_DSN KEY
 
 Runs the first-use check, then one lease-mode request twice with the key
-KEY, and prints what happened, one fact a line, for the TAP test to
-compare; a check that refuses is printed too (the test expects it for a
-role without EXECUTE)."""
+KEY, then a fenced and an in-transaction request (keys KEY-fenced and
+KEY-in-transaction), and prints what happened, one fact a line, for the
+TAP test to compare; a check that refuses is printed too (the test expects
+it for a role without EXECUTE)."""
 
 import sys
 
@@ -33,6 +34,12 @@ def main(dsn, key):
             r = runner.run(req, handler)
             print("%s %s %s %s" % (name, r.response.status, r.outcome, r.response.body.decode()))
         print("runs %d" % len(runs))
+        # The modes whose point is one transaction are refused, before any claim.
+        for label, mode in (("fenced", "run_fenced"), ("in-transaction", "run_in_transaction")):
+            ran = []
+            r = getattr(runner, mode)(Request("alice", "POST", "/payments", ["%s-%s" % (key, label)], b"{}"),
+                                      lambda conn, claim: ran.append(1) or Response(201, [], b""))
+            print("%s %s %s ran %d: %s" % (label, r.response.status, r.outcome, len(ran), r.error))
     finally:
         pool.close()
 

@@ -2,7 +2,9 @@
 # check accepts a router (no extension, its idem_* functions on the
 # search_path forwarding to partitions that have it) and still checks what
 # the router shows (EXECUTE on the functions the runner calls); lease mode
-# runs, replays, and the key is on the partition that owns it.  The
+# runs, replays, and the key is on the partition that owns it; fenced and
+# in-transaction modes, which need the handler's transaction on the
+# partition, are refused with the reason before anything is claimed.  The
 # scaleout suite passes the Python interpreter in IDEM_PYTHON and the Node
 # client's directory (with its node_modules) in IDEM_NODE_CLIENT.
 
@@ -52,7 +54,7 @@ for my $client (qw(python node))
 {
   SKIP:
 	{
-		skip 'the Node client has no node_modules (IDEM_NODE_CLIENT unset)', 8
+		skip 'the Node client has no node_modules (IDEM_NODE_CLIENT unset)', 12
 		  if $client eq 'node' && !($node_client && -d "$node_client/node_modules");
 
 		my $key = "router-$client-" . int(rand(1e9));
@@ -72,6 +74,18 @@ for my $client (qw(python node))
 				  . "idem_request_hash(convert_to('{\"amount\": 1}', 'UTF8')))");
 			is($outcome, $i == $owner ? 'replay' : 'absent',
 				"$client: the key is " . ($i == $owner ? '' : 'not ') . "on partition $i");
+		}
+
+		# Fenced and in-transaction modes are refused through the router, saying why, and claim nothing.
+		for my $mode ('fenced', 'in-transaction')
+		{
+			like($out, qr/^\Q$mode\E 503 failed ran 0: .*\Q$mode\E mode cannot run through a PL\/Proxy router/m,
+				"$client: $mode mode through the router is answered 503, saying why, without running the handler");
+			my $claimed = join(',', map {
+				$_->safe_psql($_->{idem_db},
+					"SELECT count(*) FROM idem_keys WHERE cache_key = idem_key('alice', 'POST', '/payments', '$key-$mode')")
+			} @parts);
+			is($claimed, '0,0', "$client: $mode mode claimed nothing on the partitions");
 		}
 
 		# What the router shows is still checked: EXECUTE on the router's functions.
