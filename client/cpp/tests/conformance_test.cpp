@@ -7,6 +7,7 @@
 #include <idem/http.hpp>
 #include <idem/key.hpp>
 #include <idem/protocol.hpp>
+#include <idem/version.hpp>
 
 #include "../examples/prometheus_metrics.hpp"
 
