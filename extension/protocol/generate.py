@@ -78,6 +78,18 @@ def validate(p):
     states = {t["from"] for t in p["attempt_transition"]} | {t["to"] for t in p["attempt_transition"]}
     for s in states:
         split_state(s)
+    validate_client(p)
+
+
+def validate_client(p):
+    """The oldest extension is a released one, and the validation statuses
+    are ones the storage rules would store (releasing them is the point)."""
+    oldest = p["client"]["oldest_extension"]
+    if not os.path.exists(os.path.join(ROOT, "extension", "releases", "pg_idem--%s.sql" % oldest)):
+        fail("client.oldest_extension %s has no extension/releases/pg_idem--%s.sql" % (oldest, oldest))
+    for s in p["client"]["validation_statuses"]:
+        if classify_status(p, s) != "finalize":
+            fail("client.validation_statuses: %d is not finalized by the storage rules" % s)
 
 
 def split_state(s):
@@ -99,6 +111,14 @@ def storage_rules(p):
         else:
             out.append((r["from"], r["to"], r["action"]))
     return out
+
+
+def classify_status(p, status):
+    """The storage rules' action for an HTTP status."""
+    for lo, hi, a in storage_rules(p):
+        if lo <= status <= hi:
+            return a
+    return p["storage"]["default"]
 
 
 def c_string(s):
@@ -308,6 +328,8 @@ def gen_cpp(p):
           "inline constexpr std::string_view problem_base = %s;" % c_string(p["problems"]["base"]),
           "// How many idem::outcome values there are (an array of counters per outcome).",
           "inline constexpr std::size_t outcome_count = %d;" % len(p["client_outcome"]),
+          "// The oldest extension the runner works with (idem::oldest_extension).",
+          "inline constexpr std::string_view oldest_extension = %s;" % c_string(p["client"]["oldest_extension"]),
           "",
           "// Problems a client answers instead of running the handler.",
           "enum class problem", "{"]
@@ -413,6 +435,10 @@ def gen_python(p):
          "MAX_KEY_BYTES = %d" % p["key"]["max_bytes"],
          "PROBLEM_BASE = %s" % json.dumps(p["problems"]["base"]),
          "PROFILES = %r" % (tuple(profiles),), "",
+         "# The oldest extension the runner works with (its first-use check refuses older).",
+         "OLDEST_EXTENSION = %s" % json.dumps(p["client"]["oldest_extension"]),
+         "# A handler's validation failures: released, not stored, unless Config.client_errors = \"store\".",
+         "VALIDATION_STATUSES = %r" % (tuple(p["client"]["validation_statuses"]),), "",
          "FINALIZE = \"finalize\"", "RELEASE = \"release\"", "FAIL = \"fail\"", "",
          "",
          "class KeyStatus(enum.Enum):",
@@ -473,6 +499,10 @@ def gen_node(p):
          "const MAX_KEY_BYTES = %d;" % p["key"]["max_bytes"],
          "const PROBLEM_BASE = %s;" % js(p["problems"]["base"]),
          "const PROFILES = Object.freeze(%s);" % js(profiles), "",
+         "// The oldest extension the runner works with (its first-use check refuses older).",
+         "const OLDEST_EXTENSION = %s;" % js(p["client"]["oldest_extension"]),
+         "// A handler's validation failures: released, not stored, unless storeClientErrors.",
+         "const VALIDATION_STATUSES = Object.freeze(%s);" % js(p["client"]["validation_statuses"]), "",
          "const FINALIZE = 'finalize';", "const RELEASE = 'release';", "const FAIL = 'fail';", "",
          "// What is wrong with a request's Idempotency-Key header(s), if anything.",
          "const KeyStatus = Object.freeze({"]
@@ -513,7 +543,8 @@ def gen_node(p):
           "  return STORAGE_DEFAULT;",
           "}", "",
           "module.exports = {",
-          "  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, FINALIZE, RELEASE, FAIL, KeyStatus,",
+          "  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,",
+          "  FINALIZE, RELEASE, FAIL, KeyStatus,",
           "  KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,",
           "  SQLSTATES, classify,",
           "};", ""]
@@ -543,12 +574,7 @@ def gen_conformance(p):
     storage = []
     for s in (100, 101, 200, 201, 204, 299, 301, 304, 400, 401, 403, 404, 405, 408, 409, 410,
               422, 429, 499, 500, 502, 503, 599, 600, 0, -1):
-        action = p["storage"]["default"]
-        for lo, hi, a in storage_rules(p):
-            if lo <= s <= hi:
-                action = a
-                break
-        storage.append({"status": s, "action": action})
+        storage.append({"status": s, "action": classify_status(p, s)})
     doc = {
         "note": NOTE,
         "outcomes": cases,
@@ -557,6 +583,8 @@ def gen_conformance(p):
                         for v in p["key_vector"]],
         "request_hash_vectors": p["request_hash_vector"],
         "key_statuses": {k["name"]: k["description"] for k in p["key_status"]},
+        "client": {"oldest_extension": p["client"]["oldest_extension"],
+                   "validation_statuses": p["client"]["validation_statuses"]},
     }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
@@ -628,6 +656,17 @@ def gen_docs(p):
     L += ["| anything else | %s |" % p["storage"]["default"], "",
           "`finalize`: stored and replayed to every retry. `release`: not stored, the key is free at once.",
           "`fail`: not stored, the key cools down for `idem.failure_cooldown`.", "",
+          "By default the Python and Node clients release a handler's validation failures, " +
+          ", ".join(str(s) for s in p["client"]["validation_statuses"]) +
+          " (as Stripe does: the corrected request with the same key runs); their",
+          "`client_errors = \"store\"` and `storeClientErrors: true` store them as the rules say.",
+          "The C++ client stores them.", "",
+          "## Extension versions", "",
+          "Each client's first-use check refuses an extension older than %s, the first with" %
+          p["client"]["oldest_extension"],
+          "a scope per role, the wait in the server (`max_wait`) and the `expired` outcome.",
+          "Through a PL/Proxy router, which has no extension, the version is not checked",
+          "(see [Sharding](../guides/sharding.md)).", "",
           "## Client run results", "", "| result | when |", "|---|---|"]
     for o in p["client_outcome"]:
         L.append("| `%s` | %s |" % (o["name"], o["when"]))

@@ -1,6 +1,6 @@
 # Suite of tests/run.sh: pg_idem sharded on PL/Proxy (tests/scaleout): a
 # router and partition servers of their own, started by the TAP scripts.
-# Sourced; uses count, say, as_run_user, $WORK, $PG_BIN.
+# Sourced; uses count, say, as_run_user, install_missing_packages, $WORK, $PG_BIN.
 
 # run_prove_suite NAME GLOB [ENV=VALUE...]: prove the TAP scripts GLOB (relative
 # to the tree) and count their subtests; skipped ones count as neither.  Also
@@ -34,12 +34,24 @@ scaleout_client_binary() {
     bin="$build/tests/$target"
     if [ ! -x "$bin" ] && [ -f "$WORK/src/client/cpp/CMakeLists.txt" ]; then
         as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" \
-            -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/scaleout-build.log" 2>&1 &&
+            -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_IDEM_BUILD_TESTS=ON >"$WORK/scaleout-build.log" 2>&1 &&
             as_run_user cmake --build "$build" -j2 --target "$target" \
                 >>"$WORK/scaleout-build.log" 2>&1 ||
             tail -n 40 "$WORK/scaleout-build.log" >&2
     fi
     [ -x "$bin" ] && echo "$bin"
+}
+
+# The Node client's directory, with its node_modules (npm ci when the node
+# suite did not run first); empty when npm ci fails.
+scaleout_node_client() {
+    local dir="$WORK/src/client/node"
+    if [ ! -d "$dir/node_modules" ] && [ -f "$dir/package.json" ]; then
+        command -v npm >/dev/null || install_missing_packages npm >&2
+        (cd "$dir" && as_run_user npm ci --no-audit --no-fund --loglevel=error) >"$WORK/scaleout-npm.log" 2>&1 ||
+            tail -n 20 "$WORK/scaleout-npm.log" >&2
+    fi
+    [ -d "$dir/node_modules" ] && echo "$dir"
 }
 
 suite_scaleout() {
@@ -48,5 +60,6 @@ suite_scaleout() {
         return
     fi
     run_prove_suite scaleout 'tests/scaleout/t/*.pl' \
-        IDEM_PARTITION_TESTS="$(scaleout_client_binary)"
+        IDEM_PARTITION_TESTS="$(scaleout_client_binary)" \
+        IDEM_PYTHON="${PYTHON:-/usr/bin/python3}" IDEM_NODE_CLIENT="$(scaleout_node_client)"
 }

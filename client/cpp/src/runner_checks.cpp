@@ -153,7 +153,22 @@ server_features engine::check_row(const pg::result &r) const
     server_features f;
     f.claim_wait = r.get_bool(0, 4);
     f.begin_wait = r.get_bool(0, 5);
+    f.router = router;
     return f;
+}
+
+// Fenced and in-transaction modes need the handler's transaction on the
+// partition that owns the key: a router runs each call in a transaction of
+// its own there (and has no idem_begin), so through it the finalize would
+// commit apart from the handler's writes.
+void engine::refuse_router(pg::connection &conn, const char *mode) const
+{
+    if (features(conn).router)
+        throw setup_error(std::string("pg_idem: ") + mode +
+                          " mode cannot run through a PL/Proxy router, which runs each call in a "
+                          "transaction of its own on the partition, apart from the handler's: use "
+                          "lease mode through the router, or idem::partitioned_runner "
+                          "(idem/partition.hpp, docs/guides/sharding.md).");
 }
 
 void engine::check() const

@@ -155,6 +155,7 @@ struct server_features
 {
     bool claim_wait = false;  // idem_claim(cache_key, request_hash, lease, max_wait)
     bool begin_wait = false;  // idem_begin(..., max_wait)
+    bool router = false;      // a PL/Proxy router: no extension, its idem_* functions forward
 };
 
 // a is an older version than b ("0.2.0" < "0.3.0").
@@ -178,6 +179,7 @@ struct call
     bool wait_refused = false;    // a wait in the server was cancelled: poll instead
     bool server_wait = false;     // the last claim carried max_wait
     milliseconds asked{0};        // the max_wait of the last claim
+    const char *one_transaction = nullptr;  // the mode, when it needs one transaction on the partition
     clock::time_point sent;       // when it was sent
     run_result res;
 };
@@ -296,6 +298,8 @@ private:
     run_result finish(call &c, outcome o) const;
     run_result answer(call &c, response r, outcome o) const;
     run_result unavailable(call &c) const;
+    // Throws setup_error for fenced or in-transaction mode through a PL/Proxy router.
+    void refuse_router(pg::connection &conn, const char *mode) const;
     run_result timed_out(call &c) const;
     void start_waiting(call &c) const;
     // Reports pending_wait for a claim that waited in the server.

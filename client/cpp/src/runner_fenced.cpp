@@ -29,6 +29,7 @@ run_result engine::run_fenced(const request_view &req, const transaction_handler
         return std::move(*early);
     if (unguarded)
         return unguarded_tx(c, h, level);
+    c.one_transaction = "fenced";
     connection_handle conn;
     try
     {

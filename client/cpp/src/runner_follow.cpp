@@ -92,6 +92,8 @@ std::optional<run_result> engine::prepare(const request_view &req, call &c, bool
 
 claim_row engine::claim(call &c, pg::connection &conn) const
 {
+    if (c.one_transaction)
+        refuse_router(conn, c.one_transaction);
     c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                  features(conn).claim_wait;
     c.server_wait = c.can_wait && c.seen_in_progress;

@@ -58,6 +58,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             {
                 // The features are asked before BEGIN: a failed catalog
                 // read must not abort the transaction.
+                refuse_router(*conn, "in-transaction");
                 c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                              features(*conn).begin_wait;
                 c.server_wait = c.can_wait && c.seen_in_progress;

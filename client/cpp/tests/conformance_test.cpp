@@ -7,6 +7,7 @@
 #include <idem/http.hpp>
 #include <idem/key.hpp>
 #include <idem/protocol.hpp>
+#include <idem/version.hpp>
 
 #include "../examples/prometheus_metrics.hpp"
 
@@ -141,6 +142,19 @@ TEST(Conformance, StorageOfEveryStatus)
         SCOPED_TRACE(c.dump());
         EXPECT_EQ(storage_name(classify(c.at("status").get<int>())), c.at("action").get<std::string>());
     }
+}
+
+// The oldest extension the runner accepts is the protocol's, as in the
+// other clients; the validation failures they release by default are
+// stored by this client (it has no option to release them).
+TEST(Conformance, ClientDefaults)
+{
+    const json &c = conformance().at("client");
+    EXPECT_EQ(std::string(oldest_extension), c.at("oldest_extension").get<std::string>());
+    EXPECT_EQ(std::string(protocol::oldest_extension), c.at("oldest_extension").get<std::string>());
+    EXPECT_FALSE(c.at("validation_statuses").empty());
+    for (const json &s : c.at("validation_statuses"))
+        EXPECT_EQ(classify(s.get<int>()), storage_action::finalize) << s;
 }
 
 TEST(Conformance, KeyStatusSentences)

@@ -6,6 +6,7 @@
 // PG_IDEM_SCALEOUT_ROUTER is the router's conninfo; the scaleout suite sets
 // it. Without it only the tests that need no server run (the hash and the
 // mapping), so that ctest counts what really ran.
+#include <idem/diagnostics.hpp>
 #include <idem/partition.hpp>
 #include <idem/runner.hpp>
 
@@ -180,6 +181,38 @@ TEST_F(Scaleout, InTransactionAndFencedCommitOnTheOwningPartition)
                           .get_text(0, 0),
                       "replay");
         }
+    }
+}
+
+// Through the router, the modes whose point is one transaction on the
+// partition are answered 503 with the reason, before anything is claimed.
+TEST_F(Scaleout, FencedAndInTransactionRefusedThroughTheRouter)
+{
+    simple_pool via_router(router_dsn());
+    runner run(via_router, quick());
+    for (int mode = 0; mode < 2; ++mode)
+    {
+        req_data rq{unique_key(mode ? "router-fenced" : "router-intx")};
+        int runs = 0;
+        auto h = [&](pg::transaction &, const claim_context &) {
+            ++runs;
+            return response{201, {}, "booked"};
+        };
+        run_result r = mode ? run.run_fenced(rq.view(), h) : run.run_in_transaction(rq.view(), h);
+        EXPECT_EQ(r.response.status, 503);
+        EXPECT_EQ(runs, 0);
+        ASSERT_TRUE(r.error);
+        const std::string msg = describe_store_error(r.error, "claim").message;
+        EXPECT_NE(msg.find(std::string(mode ? "fenced" : "in-transaction") +
+                           " mode cannot run through a PL/Proxy router"),
+                  std::string::npos)
+            << msg;
+        auto c = pools_->for_key(cache_key("alice", "POST", "/payments", rq.key)).acquire();
+        EXPECT_EQ(c->exec("SELECT outcome FROM idem_lookup($1, $2)", pg::bytea_view{rq.ck()},
+                          pg::bytea_view{to_bytes(request_hash(rq.body))})
+                      .get_text(0, 0),
+                  "absent")
+            << "nothing was claimed";
     }
 }
 

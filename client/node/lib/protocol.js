@@ -7,6 +7,11 @@ const MAX_KEY_BYTES = 255;
 const PROBLEM_BASE = "urn:pg-idem:problem:";
 const PROFILES = Object.freeze(["ietf", "seed"]);
 
+// The oldest extension the runner works with (its first-use check refuses older).
+const OLDEST_EXTENSION = "0.3.0";
+// A handler's validation failures: released, not stored, unless storeClientErrors.
+const VALIDATION_STATUSES = Object.freeze([400, 422]);
+
 const FINALIZE = 'finalize';
 const RELEASE = 'release';
 const FAIL = 'fail';
@@ -95,7 +100,8 @@ function classify(status) {
 }
 
 module.exports = {
-  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, FINALIZE, RELEASE, FAIL, KeyStatus,
+  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,
+  FINALIZE, RELEASE, FAIL, KeyStatus,
   KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,
   SQLSTATES, classify,
 };

@@ -17,19 +17,21 @@ const { Config } = require('./config');
 const { poolOptions } = require('./conninfo');
 const { FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, asResponse, classify, headersFromJson, makeResponse,
   problems, protocolProblem } = require('./http');
-const { OUTCOMES } = require('./protocol');
+const protocol = require('./protocol');
+const { OUTCOMES } = protocol;
 const { statements, parseSizeSetting } = require('./statements');
 const { Keeper, lockTimeoutText, msText } = require('./keeper');
 const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
-const { checkSetup } = require('./setup');
+const { checkSetup, routerRefusal } = require('./setup');
 const { Reporter } = require('./report');
 const { ClaimContext, normalizeRequest, result } = require('./request');
 
 const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
-// The statuses of a request that failed validation: with storeClientErrors
-// off (the default, as Stripe) they free the key instead of being stored,
-// so that the corrected request is run, not answered "key reused".
-const VALIDATION_STATUSES = new Set([400, 422]);
+// The statuses of a request that failed validation (the protocol's list):
+// with storeClientErrors off (the default, as Stripe) they free the key
+// instead of being stored, so that the corrected request is run, not
+// answered "key reused".
+const VALIDATION_STATUSES = new Set(protocol.VALIDATION_STATUSES);
 const ISOLATION = { 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' };
 
 // int8 as BigInt for our own queries only; the application's pg defaults are untouched.
@@ -254,6 +256,17 @@ class Runner {
     c.backoff = Math.min(c.backoff * 2, this.config.pollMax);
     if (nap > 0) await sleep(nap);
     return { claim: false, wait: false };
+  }
+
+  // The 503 for a mode that cannot go through a PL/Proxy router (./setup),
+  // before anything is claimed; undefined when the server is not one.
+  async refuseRouter(c, mode) {
+    try {
+      if ((await this.ready(await this.hold(c))).router) throw routerRefusal(mode);
+    } catch (e) {
+      return this.unavailable(c, e);
+    }
+    return undefined;
   }
 
   async loop(c, win, claimFirst = true) {
@@ -520,6 +533,8 @@ class Runner {
     if (early) return early;
     if (!c) return this.unguardedTx(handler, isolation);
     try {
+      const refused = await this.refuseRouter(c, 'fenced');
+      if (refused) return refused;
       return await this.loop(c, (row) => this.winFenced(c, row, handler, isolation));
     } finally {
       this.handBack(c);
@@ -653,6 +668,8 @@ class Runner {
     if (early) return early;
     if (!c) return this.unguardedTx(handler, isolation);
     try {
+      const refused = await this.refuseRouter(c, 'in-transaction');
+      if (refused) return refused;
       return await this.inTxLoop(c, handler, isolation);
     } finally {
       this.handBack(c);

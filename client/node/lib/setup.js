@@ -7,9 +7,9 @@
 // Each misconfiguration is one SetupError saying what to do, instead of
 // every request answering 503 with nothing in the log.
 
-// The oldest extension this client runs against: 0.4.0, the release before
-// this one, whose upgrade path tests/t/050_upgrade.pl checks.
-const OLDEST_EXTENSION = '0.4.0';
+// The oldest extension this client runs against: the protocol's, the same
+// for the three clients (protocol.toml says why it is that one).
+const { OLDEST_EXTENSION } = require('./protocol');
 
 // Every function the runner calls.
 const FUNCTIONS = ['idem_begin', 'idem_claim', 'idem_fail', 'idem_finalize', 'idem_lookup', 'idem_release', 'idem_renew'];
@@ -23,9 +23,9 @@ class SetupError extends Error {
   }
 }
 
-const QUERY = 'SELECT e.extversion AS version, n.nspname AS schema, '
-  + "pg_catalog.has_schema_privilege(n.oid, 'USAGE') AS usage, "
-  + 'n.nspname OPERATOR(pg_catalog.=) ANY (pg_catalog.current_schemas(false)) AS on_path, '
+const QUERY = 'SELECT x.extversion AS version, x.nspname AS schema, '
+  + "pg_catalog.has_schema_privilege(x.oid, 'USAGE') AS usage, "
+  + 'x.nspname OPERATOR(pg_catalog.=) ANY (pg_catalog.current_schemas(false)) AS on_path, '
   + "pg_catalog.current_setting('search_path') AS search_path, current_user AS role, "
   + "pg_catalog.array_remove(pg_catalog.array_agg(DISTINCT CASE WHEN p.proname OPERATOR(pg_catalog.=) ANY ($1::name[]) AND NOT "
   + "pg_catalog.has_function_privilege(p.oid, 'EXECUTE') THEN p.proname::text END), NULL) AS denied, "
@@ -33,12 +33,21 @@ const QUERY = 'SELECT e.extversion AS version, n.nspname AS schema, '
   + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_begin' AND p.pronargs OPERATOR(pg_catalog.=) 4), false) AS begin_wait, "
   + '(SELECT s.setting || coalesce(s.unit, \'\') FROM pg_catalog.pg_settings s '
   + "WHERE s.name OPERATOR(pg_catalog.=) 'idem.max_lease') AS max_lease "
-  + 'FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace '
-  + "LEFT JOIN pg_catalog.pg_depend d ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass "
-  + "AND d.refobjid OPERATOR(pg_catalog.=) e.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' "
-  + "AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass "
-  + 'LEFT JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid '
-  + "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem' GROUP BY e.extversion, n.nspname, n.oid";
+  + 'FROM (SELECT e.extversion, e.oid AS ext, n.oid, n.nspname FROM pg_catalog.pg_extension e '
+  + 'JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace '
+  + "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem' "
+  // A PL/Proxy router (docs/guides/sharding.md) has no extension: its
+  // idem_* functions on the search_path forward to partitions that have it.
+  + 'UNION ALL SELECT NULL, NULL, n.oid, n.nspname FROM pg_catalog.pg_proc p '
+  + 'JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) p.pronamespace '
+  + "WHERE p.proname OPERATOR(pg_catalog.=) 'idem_claim' AND pg_catalog.pg_function_is_visible(p.oid) "
+  + "AND NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pg_idem') LIMIT 1) x "
+  // The extension's own functions; a router's are those of idem_claim's schema.
+  + 'LEFT JOIN pg_catalog.pg_proc p ON p.pronamespace OPERATOR(pg_catalog.=) x.oid AND (x.ext IS NULL OR EXISTS ('
+  + "SELECT FROM pg_catalog.pg_depend d WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass "
+  + "AND d.refobjid OPERATOR(pg_catalog.=) x.ext AND d.deptype OPERATOR(pg_catalog.=) 'e' "
+  + "AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid OPERATOR(pg_catalog.=) p.oid)) "
+  + 'GROUP BY x.extversion, x.nspname, x.oid';
 
 const versionParts = (v) => String(v).split('.').map((x) => Number.parseInt(x, 10) || 0);
 function olderThan(a, b) {
@@ -60,10 +69,12 @@ async function checkSetup(client, config) {
   const r = await client.query({ text: QUERY, values: [FUNCTIONS] });
   const row = r.rows[0];
   if (!row) {
-    throw new SetupError('the extension pg_idem is not installed in this database',
+    throw new SetupError('the extension pg_idem is not installed in this database (nor is it a PL/Proxy router: no idem_claim on the search_path)',
       'CREATE EXTENSION pg_idem (as its owner; see docs/guides/privileges.md)');
   }
-  if (olderThan(row.version, OLDEST_EXTENSION)) {
+  // No version: a router, whose partitions' versions it does not show
+  // (docs/guides/sharding.md); the rest is checked on its own functions.
+  if (row.version !== null && olderThan(row.version, OLDEST_EXTENSION)) {
     throw new SetupError(`the extension pg_idem is version ${row.version}, older than ${OLDEST_EXTENSION}, the oldest this client supports`,
       'ALTER EXTENSION pg_idem UPDATE (docs/guides/upgrading.md)');
   }
@@ -94,7 +105,18 @@ async function checkSetup(client, config) {
   }
   const serverWait = config.serverWait === false ? { claim: false, begin: false }
     : { claim: Boolean(row.claim_wait), begin: Boolean(row.begin_wait) };
-  return { version: row.version, schema: row.schema, serverWait, maxLease };
+  return { version: row.version, schema: row.schema, serverWait, maxLease, router: row.version === null };
 }
 
-module.exports = { OLDEST_EXTENSION, FUNCTIONS, SetupError, checkSetup, olderThan, settingMs };
+// Fenced and in-transaction modes need the handler's transaction on the
+// partition that owns the key: a PL/Proxy router runs each call in a
+// transaction of its own there (and has no idem_begin), so through it the
+// finalize would commit apart from the handler's writes.
+function routerRefusal(mode) {
+  return new SetupError(`${mode} mode cannot run through a PL/Proxy router, which runs each call in a transaction `
+    + 'of its own on the partition, apart from the handler\'s',
+  'use lease mode through the router, or a pool connected to the partition that owns the key '
+    + '(the router\'s idem_key_partition() and idem_partition_map() name it; docs/guides/sharding.md)');
+}
+
+module.exports = { OLDEST_EXTENSION, FUNCTIONS, SetupError, checkSetup, olderThan, routerRefusal, settingMs };

@@ -80,6 +80,19 @@ test('request-hash vectors', () => {
   for (const v of spec.request_hash_vectors) assert.equal(idem.requestHash(v.body).toString('hex'), v.request_hash);
 });
 
+test('the oldest extension and the validation statuses are the protocol\'s, as in the other clients', () => {
+  assert.equal(idem.OLDEST_EXTENSION, spec.client.oldest_extension);
+  assert.ok(spec.client.validation_statuses.length > 0);
+  const released = runnerFor('ietf');
+  const stored = new Runner({ connect() { throw new Error('no database in this test'); } }, { storeClientErrors: true });
+  for (const s of spec.client.validation_statuses) {
+    assert.equal(idem.classify(s), 'finalize', `the rules store ${s}`);
+    assert.equal(released.storage(s), 'release', `released by default: ${s}`);
+    assert.equal(stored.storage(s), 'finalize', `stored with storeClientErrors: ${s}`);
+  }
+  assert.equal(released.storage(404), 'finalize', 'only those');
+});
+
 test('key-status sentences are the protocol\'s', () => {
   for (const [status, sentence] of Object.entries(spec.key_statuses)) {
     assert.ok(Object.values(idem.KeyStatus).includes(status), status);

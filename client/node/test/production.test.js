@@ -119,7 +119,15 @@ test.describe('production defaults', { skip }, () => {
     await setup.end();
     const bare = new pg.Pool({ ...options, database: db, max: 1 });
     try {
-      await assert.rejects(new Runner(bare, { logger: false }).ready(), /not installed in this database; fix: CREATE EXTENSION pg_idem/);
+      await assert.rejects(new Runner(bare, { logger: false }).ready(), /not installed in this database .*; fix: CREATE EXTENSION pg_idem/);
+      // The protocol's oldest extension serves a run; the one before is refused.
+      await bare.query(`CREATE EXTENSION pg_idem VERSION '${idem.OLDEST_EXTENSION}'`);
+      const oldest = new Runner(bare, { logger: false });
+      const k = crypto.randomUUID();
+      assert.equal((await oldest.run(req(k), created)).outcome, 'won_completed');
+      assert.ok((await oldest.run(req(k), created)).replayed);
+      await bare.query("DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem VERSION '0.2.0'");
+      await assert.rejects(new Runner(bare, { logger: false }).ready(), /pg_idem is version 0.2.0, older than 0.3.0/);
     } finally {
       await bare.end();
       await dropDatabase(db);
@@ -132,12 +140,12 @@ test.describe('production defaults', { skip }, () => {
   });
 
   test('an extension older than the oldest supported is refused', async () => {
-    const fake = { connect: async () => ({ query: async () => ({ rows: [{ version: '0.3.0', schema: 'public', usage: true,
+    const fake = { connect: async () => ({ query: async () => ({ rows: [{ version: '0.2.0', schema: 'public', usage: true,
       on_path: true, denied: [], role: 'app', search_path: 'public', claim_wait: true, begin_wait: true, max_lease: '3600000ms' }] }),
     on() {}, removeListener() {}, release() {} }) };
-    assert.equal(idem.OLDEST_EXTENSION, '0.4.0');
+    assert.equal(idem.OLDEST_EXTENSION, '0.3.0');
     await assert.rejects(new Runner(fake, { logger: false }).ready(),
-      /pg_idem is version 0.3.0, older than 0.4.0, the oldest this client supports; fix: ALTER EXTENSION pg_idem UPDATE/);
+      /pg_idem is version 0.2.0, older than 0.3.0, the oldest this client supports; fix: ALTER EXTENSION pg_idem UPDATE/);
   });
 
   test('a waiting follower hands its connection back: the winner\'s own query is not starved', async () => {

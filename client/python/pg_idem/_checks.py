@@ -14,10 +14,9 @@ import threading
 
 import psycopg
 
-# The oldest extension this client runs against: the first with the
-# functions and arguments the runner sends (lease as an interval, strict
-# finalize, the caller's scope).
-OLDEST_EXTENSION = "0.4.0"
+# The oldest extension this client runs against: the protocol's, the same
+# for the three clients (protocol.toml says why it is that one).
+from .protocol import OLDEST_EXTENSION
 # The functions the runner calls (EXECUTE is checked on each).
 FUNCTIONS = ("idem_claim", "idem_lookup", "idem_renew", "idem_finalize", "idem_release", "idem_fail",
              "idem_begin")
@@ -37,10 +36,11 @@ class StoreMisconfigured(psycopg.ProgrammingError):
 
 
 def preflight_sql():
-    """One row about the extension as this role sees it (none: not installed)."""
+    """One row about the extension as this role sees it (none: not installed;
+    a NULL version: a PL/Proxy router, the row about its functions)."""
     fn_list = ", ".join("'%s'" % f for f in FUNCTIONS)
     return (
-        "SELECT e.extversion, n.nspname, "
+        "SELECT n.extversion, n.nspname, "
         "n.nspname = ANY (pg_catalog.current_schemas(false)), "
         "pg_catalog.has_schema_privilege(n.oid, 'USAGE'), "
         "(SELECT pg_catalog.string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) "
@@ -53,8 +53,15 @@ def preflight_sql():
         "(SELECT s.setting::float8 * CASE s.unit WHEN 'ms' THEN 0.001 WHEN 's' THEN 1 WHEN 'min' THEN 60 END "
         "   FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
         "current_user "
-        "FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace "
-        "WHERE e.extname = 'pg_idem'")
+        "FROM (SELECT e.extversion, n.oid, n.nspname FROM pg_catalog.pg_extension e "
+        "      JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_idem' "
+        # A PL/Proxy router (docs/guides/sharding.md) has no extension: its
+        # idem_* functions on the path forward to partitions that have it.
+        "      UNION ALL SELECT NULL, n.oid, n.nspname FROM pg_catalog.pg_proc p "
+        "      JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
+        "      WHERE p.proname = 'idem_claim' AND pg_catalog.pg_function_is_visible(p.oid) "
+        "        AND NOT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'pg_idem') "
+        "      LIMIT 1) AS n(extversion, oid, nspname)")
 
 
 def _version(text):
@@ -62,16 +69,20 @@ def _version(text):
 
 
 def verify(row, cfg, database):
-    """(server waits for claims, for begins) if the row shows a usable
-    extension; raises StoreMisconfigured with the fix otherwise."""
+    """(server waits for claims, for begins, is a PL/Proxy router) if the
+    row shows a usable extension; raises StoreMisconfigured with the fix
+    otherwise."""
     if row is None:
         raise StoreMisconfigured(
-            "the extension pg_idem is not installed in the database %s" % database,
+            "the extension pg_idem is not installed in the database %s (nor is it a PL/Proxy router: "
+            "no idem_claim on the search_path)" % database,
             "run CREATE EXTENSION pg_idem (as a superuser; see the README's Getting started)")
     # On a SQL_ASCII database psycopg hands text columns over as bytes.
     version, schema, on_path, usage, denied, claim_wait, begin_wait, max_lease, user = (
         bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else v for v in row)
-    if _version(version) < _version(OLDEST_EXTENSION):
+    # No version: a router, whose partitions' versions it does not show
+    # (docs/guides/sharding.md); the rest is checked on its own functions.
+    if version is not None and _version(version) < _version(OLDEST_EXTENSION):
         raise StoreMisconfigured(
             "the extension pg_idem is version %s; this client needs %s or newer" % (version, OLDEST_EXTENSION),
             "run ALTER EXTENSION pg_idem UPDATE")
@@ -92,7 +103,19 @@ def verify(row, cfg, database):
         raise StoreMisconfigured(
             "Config.lease is %g s, over the server's idem.max_lease (%g s)" % (cfg.lease, max_lease),
             "durations in pg_idem.Config are seconds (or datetime.timedelta): pass a shorter lease")
-    return bool(claim_wait), bool(begin_wait)
+    return bool(claim_wait), bool(begin_wait), version is None
+
+
+def router_refusal(mode):
+    """Fenced and in-transaction modes need the handler's transaction on the
+    partition that owns the key: a PL/Proxy router runs each call in a
+    transaction of its own there (and has no idem_begin), so through it the
+    finalize would commit apart from the handler's writes."""
+    return StoreMisconfigured(
+        "%s mode cannot run through a PL/Proxy router, which runs each call in a transaction of its own "
+        "on the partition, apart from the handler's" % mode,
+        "use lease mode through the router, or a pool connected to the partition that owns the key (the "
+        "router's idem_key_partition() and idem_partition_map() name it; docs/guides/sharding.md)")
 
 
 # The fix for each SQLSTATE a misconfigured store answers with.

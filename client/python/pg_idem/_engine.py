@@ -17,7 +17,7 @@ import time
 import psycopg
 
 from . import protocol
-from ._checks import Reporter, log, verify
+from ._checks import Reporter, log, router_refusal, verify
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -28,9 +28,6 @@ from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, Batch, CallH
 # _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
 from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
 
-# What a framework answers when a request's body or parameters do not
-# validate (400: Flask, Express; 422: FastAPI, the IETF draft).
-VALIDATION_STATUSES = (400, 422)
 # How many times a result whose handler has run is sent (each failure
 # settled by reading the key) before it is left to its lease.
 STORE_ATTEMPTS = 3
@@ -157,6 +154,7 @@ class Engine:
         self.allow = HeaderAllowlist(self.cfg.replay_headers)
         self.sql = Statements(self.cfg.schema)
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
+        self.router = False  # the server is a PL/Proxy router (no extension), once checked
 
     # ---- shared pieces ----------------------------------------------------------
 
@@ -197,7 +195,7 @@ class Engine:
         422) under Config.client_errors="release" (the default, as Stripe):
         not stored, so that the corrected retry with the same key runs."""
         action = classify(status)
-        if action == FINALIZE and status in VALIDATION_STATUSES and self.cfg.client_errors == "release":
+        if action == FINALIZE and status in protocol.VALIDATION_STATUSES and self.cfg.client_errors == "release":
             return RELEASE
         return action
 
@@ -208,9 +206,19 @@ class Engine:
         StoreMisconfigured with the fix when it is not usable."""
         if self.server_wait is None or again:
             t = yield Query(conn, self.sql.preflight, None, False)
-            caps = verify(t, self.cfg, conn.info.dbname)
-            self.server_wait = (False, False) if self.cfg.server_wait is False else caps
+            claim_wait, begin_wait, self.router = verify(t, self.cfg, conn.info.dbname)
+            self.server_wait = (False, False) if self.cfg.server_wait is False else (claim_wait, begin_wait)
         return self.server_wait
+
+    def refuse_router(self, c, conn, mode):
+        """The 503 for a mode that cannot go through a PL/Proxy router
+        (_checks.router_refusal), before anything is claimed; None when the
+        server is not one."""
+        try:
+            yield from self.capabilities(conn)
+        except psycopg.Error as e:
+            return self.unavailable(c, e)
+        return self.unavailable(c, router_refusal(mode)) if self.router else None
 
     def check(self):
         """Runner.check(): the first-use check, now, on a connection of the pool."""
@@ -533,6 +541,9 @@ class Engine:
         except psycopg.Error as e:
             return self.unavailable(c, e)
         try:
+            refused = yield from self.refuse_router(c, conn, "fenced")
+            if refused is not None:
+                return refused
             return (yield from self.loop(c, conn, lambda row: self.win_fenced(c, conn, row, handler, isolation)))
         finally:
             yield Release(conn)
@@ -653,6 +664,9 @@ class Engine:
         except psycopg.Error as e:
             return self.unavailable(c, e)
         try:
+            refused = yield from self.refuse_router(c, conn, "in-transaction")
+            if refused is not None:
+                return refused
             return (yield from self.in_tx_loop(c, conn, handler, isolation))
         finally:
             yield Release(conn)

@@ -11,6 +11,11 @@ MAX_KEY_BYTES = 255
 PROBLEM_BASE = "urn:pg-idem:problem:"
 PROFILES = ('ietf', 'seed')
 
+# The oldest extension the runner works with (its first-use check refuses older).
+OLDEST_EXTENSION = "0.3.0"
+# A handler's validation failures: released, not stored, unless Config.client_errors = "store".
+VALIDATION_STATUSES = (400, 422)
+
 FINALIZE = "finalize"
 RELEASE = "release"
 FAIL = "fail"

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from pg_idem import Config, Request, cache_key, classify, request_hash
-from pg_idem import protocol
+from pg_idem import _checks, protocol
 from pg_idem._engine import Engine, RunResult, _Call
 from pg_idem._statements import Row
 from pg_idem.key import KeyStatus, describe
@@ -86,6 +86,20 @@ def test_cache_key_vectors(case):
 @pytest.mark.parametrize("case", SPEC["request_hash_vectors"], ids=lambda c: c["request_hash"][:8])
 def test_request_hash_vectors(case):
     assert request_hash(case["body"].encode("utf-8")).hex() == case["request_hash"]
+
+
+def test_client_defaults():
+    """The oldest extension and the validation statuses are the protocol's,
+    as in the other clients: released by default, stored with client_errors="store"."""
+    spec = SPEC["client"]
+    assert protocol.OLDEST_EXTENSION == spec["oldest_extension"]
+    assert _checks.OLDEST_EXTENSION == spec["oldest_extension"]
+    assert spec["validation_statuses"]
+    for s in spec["validation_statuses"]:
+        assert classify(s) == "finalize", s
+        assert Engine(Config()).classify(s) == "release", s
+        assert Engine(Config(client_errors="store")).classify(s) == "finalize", s
+    assert Engine(Config()).classify(404) == "finalize"  # only those
 
 
 def test_key_status_sentences():

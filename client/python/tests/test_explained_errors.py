@@ -107,9 +107,18 @@ def test_an_extension_older_than_the_client_is_refused(dsn):
         c.execute("DROP DATABASE IF EXISTS idem_py_old WITH (FORCE)")
         c.execute("CREATE DATABASE idem_py_old")
     try:
+        # The protocol's oldest (0.3.0) serves a run; the one before is refused.
         with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
             c.execute("CREATE EXTENSION pg_idem VERSION '0.3.0'")
-        with pytest.raises(StoreMisconfigured, match=r"version 0.3.0; this client needs 0.4.0 .*ALTER EXTENSION"):
+        oldest = Runner(base + " dbname=idem_py_old")
+        oldest.check()
+        req = Request("alice", "POST", "/old", [str(uuid.uuid4())], b"{}")
+        assert oldest.run(req, lambda claim: Response(201, [], b"ok")).outcome == "won_completed"
+        assert oldest.run(req, lambda claim: Response(500, [], b"no")).replayed
+        with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
+            c.execute("DROP EXTENSION pg_idem")
+            c.execute("CREATE EXTENSION pg_idem VERSION '0.2.0'")
+        with pytest.raises(StoreMisconfigured, match=r"version 0.2.0; this client needs 0.3.0 .*ALTER EXTENSION"):
             Runner(base + " dbname=idem_py_old").check()
         with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
             c.execute("DROP EXTENSION pg_idem")

@@ -56,6 +56,8 @@ inline constexpr std::size_t max_key_bytes = 255;
 inline constexpr std::string_view problem_base = "urn:pg-idem:problem:";
 // How many idem::outcome values there are (an array of counters per outcome).
 inline constexpr std::size_t outcome_count = 9;
+// The oldest extension the runner works with (idem::oldest_extension).
+inline constexpr std::string_view oldest_extension = "0.3.0";
 
 // Problems a client answers instead of running the handler.
 enum class problem

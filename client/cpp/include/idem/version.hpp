@@ -6,14 +6,15 @@
 // refuses one older than oldest_extension (runner::check, idem::setup_error).
 #pragma once
 
+#include <idem/protocol.hpp>
+
 #include <string_view>
 
 namespace idem {
 
 inline constexpr std::string_view client_version = "0.5.0";
-// 0.3.0 brought what the runner needs of the server: idem_claim and
-// idem_begin with max_wait (the wait inside the server) and
-// idem.after_ttl's expired outcome; older servers were only ever polled.
-inline constexpr std::string_view oldest_extension = "0.3.0";
+// The protocol's, the same for the three clients (protocol.toml says why
+// it is that one).
+inline constexpr std::string_view oldest_extension = protocol::oldest_extension;
 
 }  // namespace idem
