@@ -36,11 +36,12 @@
  * the call's start, and the claim's own new versions are invisible to its
  * snapshot, so rows it leased never come back into it.
  *
- * WAL: the queue's pages are filled to 40 % (fillfactor), so a lease's new
- * version stays on its page and its record carries only the changed bytes
- * (about 110 bytes per event, against ~420 for a row moved to another
- * page, plus the lock record that move needs); see
- * docs/benchmarks.md's outbox section for the record-by-record account.
+ * WAL: a lease's new version goes where the table has room (the queue's
+ * pages are full, so another page: the record carries the whole row, and
+ * a Heap/LOCK record marks the old version first), and an entry in each
+ * index.  Taking the row by the update itself saves the FOR UPDATE's own
+ * lock record.  docs/benchmarks.md's outbox section has the account by
+ * record type, and why the queue keeps the default fillfactor.
  *
  * Per-key order is per (scope, key): a row is claimable only if no
  * earlier row of the same scope and key is still pending (waiting, leased
