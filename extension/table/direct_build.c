@@ -269,7 +269,7 @@ same_unique_key(Relation pk, Relation index)
  * Find the secondary indexes the module scans among the table's (open, in
  * rri) by name, and note the comparison functions of each that is a valid
  * B-tree on the declared columns; any other is left unresolved (-1), and
- * refused by the scan that needs it (direct_scan.c), not by calls that do
+ * refused by the scan that needs it (direct_table.c), not by calls that do
  * not scan it.  The names are pg_idem's own: only the table's owner can
  * create an index on it.
  */

@@ -94,6 +94,5 @@ struct DirectTable
 
 extern void direct_build(DirectTable *table, Relation rel, Oid namespace);
 extern HeapTuple direct_copy_row(DirectTable *table, TupleTableSlot *slot);
-extern void direct_use_snapshot(DirectTable *table, bool fresh);
 
 #endif							/* IDEM_TABLE_DIRECT_BUILD_H */

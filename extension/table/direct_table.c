@@ -2,9 +2,10 @@
  *
  * direct_table.c
  *	  Reading and writing one of pg_idem's tables without a SQL executor
- *	  per call: the kept state, opening and closing a call, and the
- *	  primary-key probe.  The writes (a plain or race-safe insert, an
- *	  update of a row read before) are in direct_write.c.
+ *	  per call: the kept state, opening and closing a call, the
+ *	  primary-key probe and range scans of declared secondary indexes.
+ *	  The writes (a plain or race-safe insert, an update, a delete or a
+ *	  lock of a row read before) are in direct_write.c.
  *
  * The hot paths (claims: key_table.c; staging an outbox event: outbox_stage.c)
  * run a handful of fixed statements on one row.  Planning, executor
@@ -63,6 +64,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/nbtree.h"
+#include "access/relscan.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
@@ -87,6 +89,8 @@
 static DirectTable *tables[MAX_TABLES];
 static int	ntables = 0;
 static bool callbacks_registered = false;
+
+static void direct_use_snapshot(DirectTable *dt, bool fresh);
 
 static void
 unregister_table(DirectTable *dt)
@@ -490,7 +494,7 @@ direct_scan_begin(DirectTable *dt, int nkeys, const Datum *keys, bool fresh_snap
  * otherwise the snapshot of the call's previous read, or at first the
  * calling statement's, as a stable function reads.
  */
-void
+static void
 direct_use_snapshot(DirectTable *dt, bool fresh)
 {
 	if (fresh)
@@ -553,4 +557,79 @@ void
 direct_deform(DirectTable *dt, HeapTuple tuple, Datum *values, bool *nulls)
 {
 	heap_deform_tuple(tuple, dt->desc, values, nulls);
+}
+
+/*
+ * Range scans of the declared secondary B-tree indexes (DirectIndex): a
+ * plain index scan, as the executor's IndexScan node runs it, with the
+ * primary-key probe's snapshot choice; it predicate-locks what it reads
+ * under SERIALIZABLE.  At most one scan of an index is open in a call;
+ * the call's close ends any left open.  The outbox's claim walks its
+ * claimable index and probes its per-key order index this way.
+ */
+
+/*
+ * Start reading the rows whose entries in the index-th declared index
+ * satisfy every key, in the index's order.  fresh_snapshot as for
+ * direct_scan_begin.
+ */
+DirectIndexScan *
+direct_index_scan_begin(DirectTable *dt, int index, int nkeys, const DirectScanKey *keys,
+						bool fresh_snapshot)
+{
+	DirectIndexScan *scan;
+	Relation	irel;
+	ScanKeyData skey[DIRECT_MAX_INDEX_KEYS];
+	int			k;
+
+	if (index < 0 || index >= dt->nscan_defs)
+		elog(ERROR, "pg_idem: table %s has no declared index %d", dt->relname, index);
+	scan = &dt->scans[index];
+	if (scan->desc != NULL)
+		elog(ERROR, "pg_idem: index %s is already being scanned", dt->scan_defs[index].name);
+	if (nkeys < 1 || nkeys > dt->scan_defs[index].nkeys)
+		elog(ERROR, "pg_idem: %d keys for index %s", nkeys, dt->scan_defs[index].name);
+	if (dt->scan_index[index] < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_idem index %s is missing or not usable", dt->scan_defs[index].name),
+				 errdetail("Table %s needs a valid B-tree index %s on the columns of pg_idem's definition.",
+						   dt->relname, dt->scan_defs[index].name),
+				 errhint("Run REINDEX INDEX %s, or create it again as pg_idem's install script does.",
+						 dt->scan_defs[index].name)));
+	irel = dt->rri->ri_IndexRelationDescs[dt->scan_index[index]];
+	for (k = 0; k < nkeys; k++)
+	{
+		int			col = keys[k].key;
+
+		Assert(col >= 0 && col < dt->scan_defs[index].nkeys);
+		Assert(keys[k].strategy >= 1 && keys[k].strategy <= BTMaxStrategyNumber);
+		ScanKeyEntryInitialize(&skey[k], 0, col + 1, keys[k].strategy,
+							   irel->rd_opcintype[col], irel->rd_indcollation[col],
+							   dt->scan_procs[index][col][keys[k].strategy], keys[k].value);
+	}
+	direct_use_snapshot(dt, fresh_snapshot);
+	scan->desc = idem_index_beginscan(dt->rel, irel, dt->snapshot, nkeys);
+	index_rescan(scan->desc, skey, nkeys, NULL, 0);
+	return scan;
+}
+
+/*
+ * The next matching row version, copied into the caller's memory with its
+ * place in t_self; NULL after the last.
+ */
+HeapTuple
+direct_index_scan_next(DirectIndexScan *scan)
+{
+	if (!index_getnext_slot(scan->desc, ForwardScanDirection, scan->slot))
+		return NULL;
+	return direct_copy_row(scan->table, scan->slot);
+}
+
+void
+direct_index_scan_end(DirectIndexScan *scan)
+{
+	index_endscan(scan->desc);
+	scan->desc = NULL;
+	ExecClearTuple(scan->slot);
 }

@@ -19,7 +19,7 @@ const { FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, asResponse, cla
   problems, protocolProblem } = require('./http');
 const protocol = require('./protocol');
 const { OUTCOMES } = protocol;
-const { statements, parseSizeSetting } = require('./statements');
+const { TYPES, beginText, statements, parseSizeSetting } = require('./statements');
 const { Keeper, lockTimeoutText, msText } = require('./keeper');
 const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
 const { checkSetup, routerRefusal } = require('./setup');
@@ -32,15 +32,6 @@ const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map(
 // instead of being stored, so that the corrected request is run, not
 // answered "key reused".
 const VALIDATION_STATUSES = new Set(protocol.VALIDATION_STATUSES);
-const ISOLATION = { 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' };
-
-// int8 as BigInt for our own queries only; the application's pg defaults are untouched.
-const TYPES = {
-  getTypeParser(oid, format) {
-    if (oid === 20 && format !== 'binary') return (v) => BigInt(v);
-    return pg.types.getTypeParser(oid, format);
-  },
-};
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const now = () => performance.now();
@@ -478,16 +469,8 @@ class Runner {
 
   // ---- transactions ----------------------------------------------------------
 
-  // BEGIN, with the isolation level named (only the ones in ISOLATION).
-  beginText(isolation) {
-    if (!isolation) return 'BEGIN';
-    const level = ISOLATION[String(isolation).toLowerCase()];
-    if (!level) throw new TypeError(`unknown isolation level ${isolation}`);
-    return `BEGIN ISOLATION LEVEL ${level}`;
-  }
-
   async begin(client, isolation) {
-    await client.query(this.beginText(isolation));
+    await client.query(beginText(isolation));
   }
 
   async rollbackQuietly(client) {
@@ -704,7 +687,7 @@ class Runner {
           // literals there, quoted by node-postgres: two hashes and the
           // runner's own interval texts. A follower rolls the savepoint
           // back with the rest.
-          const text = `${this.beginText(isolation)}; ${this.sql.beginInline(values)}; SAVEPOINT idem_handler`;
+          const text = `${beginText(isolation)}; ${this.sql.beginInline(values)}; SAVEPOINT idem_handler`;
           inTx = true;
           const rs = await client.query({ text, types: TYPES });
           row = this.parseRow(rs[1].rows[0]);

@@ -66,4 +66,22 @@ function statements(schema) {
   };
 }
 
-module.exports = { statements, parseSizeSetting, quoteIdent, literal };
+// int8 as BigInt for our own queries only; the application's pg defaults are untouched.
+const TYPES = {
+  getTypeParser(oid, format) {
+    if (oid === 20 && format !== 'binary') return (v) => BigInt(v);
+    return pg.types.getTypeParser(oid, format);
+  },
+};
+
+const ISOLATION = { 'read committed': 'READ COMMITTED', 'repeatable read': 'REPEATABLE READ', serializable: 'SERIALIZABLE' };
+
+// BEGIN, with the isolation level named (only the ones in ISOLATION).
+function beginText(isolation) {
+  if (!isolation) return 'BEGIN';
+  const level = ISOLATION[String(isolation).toLowerCase()];
+  if (!level) throw new TypeError(`unknown isolation level ${isolation}`);
+  return `BEGIN ISOLATION LEVEL ${level}`;
+}
+
+module.exports = { TYPES, beginText, statements, parseSizeSetting, quoteIdent, literal };
