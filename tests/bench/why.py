@@ -72,15 +72,29 @@ WHY = {
     "outbox_pgmq_stage100": (
         "Measured by instruction count (callgrind, results/outbox_instructions.md): per event "
         "staged by 100 both do the same work, one heap insert and two B-tree inserts, and the "
-        "two B-tree inserts are half of pg_idem's cost (15.1 k of 30.1 k instructions, "
-        "`index_insert`). The rest of the difference is pg_idem's wider row (16 columns "
-        "against pgmq's 6), its claimable index's three columns (scope, available_at, id) "
-        "against pgmq's one (vt), the two partial indexes' predicates checked per insert, and "
-        "the queue's fillfactor 40: its extra pages cost 1.3 k instructions per staged event "
-        "(28.9 k at fillfactor 100 against 30.1 k), and buy the claim's same-page rewrite "
-        "(WAL per consumed event 0.75 × pgmq's; claim + ack 100 1.4 × pgmq by instructions). "
-        "What would close it: a narrower queue row (the scope in the claimable index is what "
-        "keeps one role's drainers off another's events)."),
+        "two B-tree inserts are half of pg_idem's cost (`index_insert`, about 15 k "
+        "instructions per event). The rest of the difference is pg_idem's wider row (16 "
+        "columns against pgmq's 6), its claimable index's three columns (scope, available_at, "
+        "id) against pgmq's one (vt), and the two partial indexes' predicates checked per "
+        "insert. What would close it: a narrower queue row and index (the scope in the "
+        "claimable index is what keeps one role's drainers off another's events)."),
+    "outbox_pgmq_wal": (
+        "By record type (the page's WAL table, pg_waldump): the records are pgmq's, one for "
+        "one, except that pg_idem's claim logs one Heap/LOCK per event where pgmq's logs two; "
+        "the excess is the row's width (about 30 B more per heap record: topic, state, "
+        "attempts, scope, created_at, and the claim token once leased) and the claimable "
+        "index's three columns (about 8 B per entry). A lease that stays on its page (the "
+        "queue at fillfactor 40) measured 0.75 ×, but cost staging by 4 clients 43 % of its "
+        "throughput on PostgreSQL 15 (docs/benchmarks.md#the-outbox), so the default keeps "
+        "fillfactor 100."),
+    "outbox_pgmq_archive_wal": (
+        "The archive is pgmq's WAL plus the archived copy of each event: its row (about 420 B "
+        "of Heap/INSERT, payload included), its primary-key entry (64 B) and the BRIN summary "
+        "of published_at (about 9 B), by the page's WAL table; the queue's own records are "
+        "those of `outbox_pgmq_wal`. What would close it: an archive that keeps less than "
+        "the whole event (its payload is what a replay of the archive needs), or the queue at "
+        "fillfactor 40 (measured 1.16 ×; see `outbox_pgmq_wal` for why it is not the "
+        "default). `idem.outbox_archive = off` keeps nothing, as pgmq's delete."),
     "outbox_pgmq_drain1": (
         "Claim and ack of one event are two transactions, each a commit and a WAL flush on "
         "both sides: commit-bound on this machine's disk, as for `outbox_pgmq_stage1`. By "
