@@ -263,6 +263,26 @@ idem_table_tuple_delete(Relation rel, ItemPointer tid, CommandId cid, Snapshot s
 }
 
 /*
+ * The end of a call's inserts into an index.  PostgreSQL 17 added the
+ * index AM's aminsertcleanup, for BRIN's insert state: it keeps the
+ * revmap's buffers pinned across the inserts of a statement until
+ * ExecCloseIndices says they are done.  A direct call that inserted must
+ * say so too, or the pins outlive the call (an assert-enabled 18 then
+ * traps on the next insert's use of them).  Before 17 BRIN released them
+ * at each insert: nothing to do.
+ */
+static inline void
+idem_index_insert_cleanup(Relation index, IndexInfo *info)
+{
+#if PG_VERSION_NUM >= 170000
+	index_insert_cleanup(index, info);
+#else
+	(void) index;
+	(void) info;
+#endif
+}
+
+/*
  * The query jumble post_parse_analyze_hook receives: const from
  * PostgreSQL 19 on.
  */

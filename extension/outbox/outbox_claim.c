@@ -26,22 +26,23 @@
  * that is: walk idem_outbox_claimable from the caller's scope's earliest
  * due event, skip a row whose key has an earlier pending event (the probe
  * of idem_outbox_key_order), and take the rest until the batch is full:
- * lease each (or mark it dead when its attempts are used up) by an update
- * that skips a row another transaction holds, never waiting for it (FOR
- * UPDATE SKIP LOCKED and the UPDATE in one step, which saves the lock's
- * WAL record).  A row changed since the snapshot is locked in its newest
- * version and checked again, as EvalPlanQual would.  Then events staged
- * before 0.3.0 (the shared scope, 0), which every scope shares.  The
- * leased rows are returned in id order.  The time that bounds the scan is
- * the call's start, and the claim's own new versions are invisible to its
- * snapshot, so rows it leased never come back into it.
+ * lock each FOR UPDATE SKIP LOCKED (a row another transaction holds is
+ * skipped, never waited for; a row changed since the snapshot is locked in
+ * its newest version, which is checked again, as EvalPlanQual would), and
+ * lease it (or mark it dead when its attempts are used up).  Then events
+ * staged before 0.3.0 (the shared scope, 0), which every scope shares.
+ * The leased rows are returned in id order.  The time that bounds the scan
+ * is the call's start, and the claim's own new versions are invisible to
+ * its snapshot, so rows it leased never come back into it.  (Leasing by a
+ * no-wait update instead of a lock is not an option: heapam does not
+ * support heap_update without waiting.)
  *
  * WAL: a lease's new version goes where the table has room (the queue's
  * pages are full, so another page: the record carries the whole row, and
- * a Heap/LOCK record marks the old version first), and an entry in each
- * index.  Taking the row by the update itself saves the FOR UPDATE's own
- * lock record.  docs/benchmarks.md's outbox section has the account by
- * record type, and why the queue keeps the default fillfactor.
+ * a Heap/LOCK record marks the old version first, after the FOR UPDATE's
+ * own), and an entry in each index: pgmq's read writes the same records.
+ * docs/benchmarks.md's outbox section has the account by record type, and
+ * why the queue keeps the default fillfactor.
  *
  * Per-key order is per (scope, key): a row is claimable only if no
  * earlier row of the same scope and key is still pending (waiting, leased
@@ -157,11 +158,11 @@ claimable(Claim *claim, HeapTuple row, Oid scope)
 /*
  * Lease a claimable version of an event to the claim, or, if its attempts
  * are used up (its last attempt's lease ran out), mark it dead, never to
- * be handed out again.  skip_locked: a row another transaction holds is
- * DIRECT_BUSY, not waited for.
+ * be handed out again.  The row is locked by the claim (direct_lock), so
+ * no concurrent write can come first.
  */
-static DirectWrite
-take(Claim *claim, HeapTuple row, bool skip_locked)
+static void
+take(Claim *claim, HeapTuple row)
 {
 	static const int result_columns[CLAIM_NCOLUMNS] = {
 		QUEUE_ID, QUEUE_TOPIC, QUEUE_MESSAGE_KEY, QUEUE_PAYLOAD, QUEUE_PAYLOAD_BYTES,
@@ -174,7 +175,6 @@ take(Claim *claim, HeapTuple row, bool skip_locked)
 	int32		attempts = DatumGetInt32(v[COLUMN(claim, QUEUE_ATTEMPTS)]);
 	bool		used_up = attempts >= idem_outbox_max_attempts;
 	ItemPointerData new_tid;
-	DirectWrite done;
 	Datum		out[CLAIM_NCOLUMNS];
 	bool		outnull[CLAIM_NCOLUMNS];
 	int			col;
@@ -195,15 +195,13 @@ take(Claim *claim, HeapTuple row, bool skip_locked)
 		direct_set(claim->queue, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(claim->leased_until),
 				   false);
 	}
-	done = skip_locked ? direct_update_skip_locked(claim->queue, &row->t_self, &new_tid)
-		: direct_update(claim->queue, &row->t_self, &new_tid);
-	if (done != DIRECT_WRITTEN)
-		return done;
+	if (direct_update(claim->queue, &row->t_self, &new_tid) != DIRECT_WRITTEN)
+		elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
 	claim->taken++;
 	if (used_up)
 	{
 		claim->dead++;
-		return done;
+		return;
 	}
 	for (col = 0; col < CLAIM_NCOLUMNS; col++)
 	{
@@ -212,16 +210,14 @@ take(Claim *claim, HeapTuple row, bool skip_locked)
 	}
 	claim->leased[claim->nleased].id = DatumGetInt64(v[COLUMN(claim, QUEUE_ID)]);
 	claim->leased[claim->nleased++].result = heap_form_tuple(claim->result_desc, out, outnull);
-	return done;
 }
 
 /*
  * Take claimable events of one scope, in claim order, until the batch is
- * full.  Each is written at once by an update that skips a row another
- * transaction holds (FOR UPDATE SKIP LOCKED and the UPDATE in one step:
- * no lock of its own, so no WAL record for one).  A row changed since the
- * snapshot is locked in its newest version, which is checked again, as
- * EvalPlanQual would.  fresh: the claim's first read.
+ * full: lock each FOR UPDATE SKIP LOCKED (a row another transaction holds
+ * is skipped, never waited for), check the locked version again (it is
+ * the newest: a row changed since the snapshot is followed, as
+ * EvalPlanQual would), and lease it.  fresh: the claim's first read.
  */
 static void
 take_claimable(Claim *claim, Oid scope, bool fresh)
@@ -238,14 +234,14 @@ take_claimable(Claim *claim, Oid scope, bool fresh)
 	scan = direct_index_scan_begin(claim->queue, QUEUE_INDEX_CLAIMABLE, 2, keys, fresh);
 	while (claim->taken < claim->batch && (row = direct_index_scan_next(scan)) != NULL)
 	{
-		if (claimable(claim, row, scope) && take(claim, row, true) == DIRECT_CHANGED)
-		{
-			HeapTuple	newest = direct_lock(claim->queue, &row->t_self, true);
+		HeapTuple	locked;
 
-			/* Locked: no concurrent write can come first now. */
-			if (newest != NULL && claimable(claim, newest, scope) &&
-				take(claim, newest, false) != DIRECT_WRITTEN)
-				elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
+		if (claimable(claim, row, scope) &&
+			(locked = direct_lock(claim->queue, &row->t_self, true)) != NULL)
+		{
+			if (ItemPointerEquals(&locked->t_self, &row->t_self) || claimable(claim, locked, scope))
+				take(claim, locked);
+			heap_freetuple(locked);
 		}
 		heap_freetuple(row);
 	}

@@ -406,7 +406,12 @@ direct_close(DirectTable *dt)
 	ResetPerTupleExprContext(estate);
 
 	for (i = 0; i < dt->nindexes; i++)
+	{
+		/* The AM's insert state (BRIN's pinned revmap) ends with the call. */
+		idem_index_insert_cleanup(dt->rri->ri_IndexRelationDescs[i],
+								  dt->rri->ri_IndexRelationInfo[i]);
 		index_close(dt->rri->ri_IndexRelationDescs[i], NoLock);
+	}
 	table_close(dt->rel, NoLock);
 	dt->rel = NULL;
 

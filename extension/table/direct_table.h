@@ -85,8 +85,7 @@ typedef enum DirectWrite
 {
 	DIRECT_WRITTEN,
 	DIRECT_CHANGED,				/* a concurrent write came first: read again */
-	DIRECT_STALE,				/* the table changed shape: reopen, read again */
-	DIRECT_BUSY					/* skip_locked: another transaction holds the row */
+	DIRECT_STALE				/* the table changed shape: reopen, read again */
 } DirectWrite;
 
 extern DirectTable *direct_open(DirectTableDef *def, Oid namespace, DirectAccess access);
@@ -109,8 +108,6 @@ extern void direct_set(DirectTable *table, int column, Datum value, bool isnull)
 extern DirectWrite direct_insert(DirectTable *table, bool on_conflict_do_nothing,
 								 ItemPointer tid);
 extern DirectWrite direct_update(DirectTable *table, ItemPointer old_tid, ItemPointer new_tid);
-extern DirectWrite direct_update_skip_locked(DirectTable *table, ItemPointer old_tid,
-											 ItemPointer new_tid);
 extern DirectWrite direct_delete(DirectTable *table, ItemPointer tid);
 extern HeapTuple direct_lock(DirectTable *table, ItemPointer tid, bool skip_locked);
 

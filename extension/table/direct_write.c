@@ -84,9 +84,6 @@ direct_set(DirectTable *dt, int column, Datum value, bool isnull)
  * kept index list is older than the lock, so nothing may be written with
  * it; the caller reopens the table, which rebuilds, and starts over.
  */
-static DirectWrite update_row(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid,
-							  bool wait);
-
 static bool
 start_write(DirectTable *dt, const char *command, CmdType operation)
 {
@@ -347,23 +344,6 @@ written(DirectTable *dt, TM_Result result, const char *doing)
 DirectWrite
 direct_update(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
 {
-	return update_row(dt, old_tid, new_tid, true);
-}
-
-/*
- * As direct_update, but a row another transaction is writing or holds a
- * lock on is not waited for: DIRECT_BUSY, nothing written (UPDATE ... FOR
- * UPDATE SKIP LOCKED in one step, without the lock's own WAL record).
- */
-DirectWrite
-direct_update_skip_locked(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid)
-{
-	return update_row(dt, old_tid, new_tid, false);
-}
-
-static DirectWrite
-update_row(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid, bool wait)
-{
 	EState	   *estate = dt->estate;
 	ResultRelInfo *rri = dt->rri;
 	TupleTableSlot *slot = dt->new_slot;
@@ -392,10 +372,8 @@ update_row(DirectTable *dt, ItemPointer old_tid, ItemPointer new_tid, bool wait)
 		ExecConstraints(rri, slot, estate);
 
 	result = idem_table_tuple_update(dt->rel, old_tid, slot, estate->es_output_cid,
-									 dt->snapshot, InvalidSnapshot, wait, &tmfd,
+									 dt->snapshot, InvalidSnapshot, true, &tmfd,
 									 &lockmode, &update_indexes);
-	if (result == TM_BeingModified && !wait)
-		return DIRECT_BUSY;
 	if (!written(dt, result, "updating"))
 		return DIRECT_CHANGED;
 
@@ -466,10 +444,12 @@ direct_lock(DirectTable *dt, ItemPointer tid, bool skip_locked)
 	TM_FailureData tmfd;
 	TM_Result	result;
 	HeapTuple	tuple;
+	/* The AM moves the TID it is given along the update chain: not the caller's. */
+	ItemPointerData target = *tid;
 
 	if (!dt->write_locked || dt->snapshot == NULL)
 		elog(ERROR, "pg_idem: %s row locked outside a write after a read", dt->relname);
-	result = table_tuple_lock(dt->rel, tid, dt->snapshot, slot, GetCurrentCommandId(true),
+	result = table_tuple_lock(dt->rel, &target, dt->snapshot, slot, GetCurrentCommandId(true),
 							  LockTupleExclusive, skip_locked ? LockWaitSkip : LockWaitBlock,
 							  IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
 							  &tmfd);

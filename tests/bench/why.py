@@ -80,11 +80,10 @@ WHY = {
         "claimable index is what keeps one role's drainers off another's events)."),
     "outbox_pgmq_wal": (
         "By record type (the page's WAL table, pg_waldump): the records are pgmq's, one for "
-        "one, except that pg_idem's claim logs one Heap/LOCK per event where pgmq's logs two; "
-        "the excess is the row's width (about 30 B more per heap record: topic, state, "
+        "one; the excess is the row's width (about 30 B more per heap record: topic, state, "
         "attempts, scope, created_at, and the claim token once leased) and the claimable "
         "index's three columns (about 8 B per entry). A lease that stays on its page (the "
-        "queue at fillfactor 40) measured 0.75 ×, but cost staging by 4 clients 43 % of its "
+        "queue at fillfactor 40) measured about 0.8 ×, but cost staging by 4 clients 43 % of its "
         "throughput on PostgreSQL 15 (docs/benchmarks.md#the-outbox), so the default keeps "
         "fillfactor 100."),
     "outbox_pgmq_archive_wal": (
@@ -93,7 +92,7 @@ WHY = {
         "of published_at (about 9 B), by the page's WAL table; the queue's own records are "
         "those of `outbox_pgmq_wal`. What would close it: an archive that keeps less than "
         "the whole event (its payload is what a replay of the archive needs), or the queue at "
-        "fillfactor 40 (measured 1.16 ×; see `outbox_pgmq_wal` for why it is not the "
+        "fillfactor 40 (about 1.2 ×; see `outbox_pgmq_wal` for why it is not the "
         "default). `idem.outbox_archive = off` keeps nothing, as pgmq's delete."),
     "outbox_pgmq_drain1": (
         "Claim and ack of one event are two transactions, each a commit and a WAL flush on "
