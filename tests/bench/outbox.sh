@@ -189,7 +189,7 @@ done
 
 # The WAL records between two LSNs by type, appended to $RECORDS as
 # variant,step,record,count,bytes (full-page images included).
-RECORDS=$WORK/wal_records.csv
+RECORDS=$WORK/outbox_wal_records.csv
 echo "variant,step,record,count,bytes" >"$RECORDS"
 wal_records() {   # VARIANT STEP FROM TO
     as_run_user "$PG_BIN/pg_waldump" -p "$WORK/data/pg_wal" --stats=record -s "$3" -e "$4" 2>/dev/null |
@@ -245,7 +245,7 @@ stop_cluster
 mkdir -p "$RESULTS/raw"
 cp "$OUT" "$RESULTS/raw/outbox.csv"
 cp "$LIFE" "$RESULTS/raw/outbox_life.csv"
-cp "$RECORDS" "$RESULTS/raw/outbox_wal_records.csv"
+cp "$RECORDS" "$RESULTS/raw/"
 if [ -n "${OUTBOX_COPY:-}" ]; then
     mkdir -p "$OUTBOX_COPY"
     cp "$OUT" "$LIFE" "$RECORDS" "$WORK/machine.txt" "$OUTBOX_COPY/"

@@ -58,8 +58,10 @@ def load(cells_path, life_path):
             if row.get("cpu_s") and int(row["events"]) > 0:
                 cpu.setdefault(key, []).append(float(row["cpu_s"]) * 1e6 / int(row["events"]))
     life = list(csv.DictReader(open(life_path)))
-    # outbox.sh's WAL records by type, beside the life CSV (older runs lack it).
-    records_path = os.path.join(os.path.dirname(os.path.abspath(life_path)), "wal_records.csv")
+    # outbox.sh's WAL records by type, beside the life CSV (older runs lack it;
+    # the main section's wal_records.csv is another file).
+    records_path = os.path.join(os.path.dirname(os.path.abspath(life_path)),
+                                "outbox_wal_records.csv")
     records = list(csv.DictReader(open(records_path))) if os.path.exists(records_path) else []
     return {"rates": rates, "med": {k: statistics.median(v) for k, v in rates.items()},
             "cpu": {k: statistics.median(v) for k, v in cpu.items()}, "loads": loads,
