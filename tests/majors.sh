@@ -174,7 +174,12 @@ build_major_from_source() {
         # suite sees palloc'd memory as PostgreSQL's own test runs do.
         flags+=(--enable-cassert --enable-debug CFLAGS="-O1 -g -fno-omit-frame-pointer" CPPFLAGS="-DUSE_VALGRIND")
     fi
-    {
+    # A top-level make of its own: run from make test, the environment says
+    # MAKELEVEL=1, and PostgreSQL's makefiles then leave the generated
+    # headers (utils/errcodes.h, ...) to a parent that is not theirs, so a
+    # parallel build may compile src/common before they exist.
+    (
+        unset MAKELEVEL MAKEFLAGS MFLAGS
         (cd "$build" && ./configure "${flags[@]}") &&
             make -C "$build" -j"$(nproc)" -s &&
             make -C "$build" -s install &&
@@ -183,7 +188,7 @@ build_major_from_source() {
             make -C "$build/src/test/isolation" -j"$(nproc)" -s install &&
             make -C "$build/src/test/perl" -s install &&
             cp "$build/src/tools/valgrind.supp" "$dir/share/valgrind.supp"   # for the valgrind suite
-    } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "build failed: $log" >&2; return 1; }
+    ) >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "build failed: $log" >&2; return 1; }
     rm -rf "$build"
     build_plproxy "$dir" "$log"
     echo "$dir" >"$dir/.complete"
