@@ -246,6 +246,10 @@ mkdir -p "$RESULTS/raw"
 cp "$OUT" "$RESULTS/raw/outbox.csv"
 cp "$LIFE" "$RESULTS/raw/outbox_life.csv"
 cp "$RECORDS" "$RESULTS/raw/"
+# With the machine's description the page can be written again from raw/
+# (outbox_report.py raw/outbox.csv raw/outbox_life.csv raw/outbox_machine.txt PAGE),
+# after a change of why.py's account, say.
+cp "$WORK/machine.txt" "$RESULTS/raw/outbox_machine.txt"
 if [ -n "${OUTBOX_COPY:-}" ]; then
     mkdir -p "$OUTBOX_COPY"
     cp "$OUT" "$LIFE" "$RECORDS" "$WORK/machine.txt" "$OUTBOX_COPY/"

@@ -59,6 +59,23 @@ WHY = {
         "floor (the stage side as for `outbox_stage1`; the drain side passes its own "
         "targets). The throughput gap is within the run-to-run spread: 1.04, 0.85 and 0.94 × "
         "in today's three runs since staging went direct."),
+    "outbox_stage100": (
+        "By instruction count (callgrind, results/outbox_instructions.md, 2000 events staged "
+        "by 100): 29.3 k instructions per event, of which the two B-tree inserts (primary key "
+        "and the claimable index) are 16.2 k, the heap insert 4.0 k, forming the row 2.6 k and "
+        "the id's nextval 2.5 k: the work the floor's INSERT ... SELECT does too, with a wider "
+        "row (16 columns against 5) and a three-column claimable index (scope, available_at, "
+        "id) against the floor's vt. What is pg_idem's own, the call and its checks, is under "
+        "1 k per event. The throughput ratio of this cell moves by more than the gap: 1.05 "
+        "and 0.95 x in two runs today, its rounds spreading over 30 % (see the spread line)."),
+    "outbox_drain100": (
+        "By instruction count (callgrind, 2000 events claimed and acked by 100, archive off): "
+        "69.5 k instructions per event: the claim 52 k (its lease a non-HOT update, 41 k, two "
+        "B-tree inserts of it 24.8 k; the row lock 7 k) and the ack's delete 15 k: the floor's "
+        "work, one for one (FOR UPDATE SKIP LOCKED, an update of an indexed column, a "
+        "delete), on the wider row and index of `outbox_stage100`: 3 % short in both of "
+        "today's runs (0.97 x). What would close it: a narrower queue row and claimable "
+        "index (see `outbox_pgmq_stage100`)."),
     # Issue 23's cells against pgmq.  A throughput miss of a cell that commits
     # once per event or batch on both sides, with the instruction count's
     # ratio passing, is the disk's: the same commits, the same fsyncs.
@@ -80,7 +97,7 @@ WHY = {
         "claimable index is what keeps one role's drainers off another's events)."),
     "outbox_pgmq_wal": (
         "By record type (the page's WAL table, pg_waldump): the records are pgmq's, one for "
-        "one; the excess is the row's width (about 30 B more per heap record: topic, state, "
+        "one (the claim's row lock, Heap/LOCK, is pgmq's FOR UPDATE); the excess is the row's width (about 30 B more per heap record: topic, state, "
         "attempts, scope, created_at, and the claim token once leased) and the claimable "
         "index's three columns (about 8 B per entry). A lease that stays on its page (the "
         "queue at fillfactor 40) measured about 0.8 ×, but cost staging by 4 clients 43 % of its "
