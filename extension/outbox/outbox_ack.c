@@ -96,7 +96,13 @@ read_held(Drain *drain, Datum id)
 	if (drain->row == NULL)
 		return false;
 	direct_deform(drain->queue, drain->row, drain->values, drain->nulls);
-	if (IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
+	/*
+	 * A NULL state or scope (a DBA's hand edit, NOT NULL dropped) is held
+	 * by no claim: read as a value it crashed the backend, or gave the
+	 * shared scope.
+	 */
+	if (IS_NULL(drain, QUEUE_STATE) || IS_NULL(drain, QUEUE_SCOPE) ||
+		IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
 		memcmp(DatumGetUUIDP(COLUMN(drain, QUEUE_CLAIM_TOKEN)), drain->token, UUID_LEN) != 0 ||
 		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), "dead"))
 		return false;

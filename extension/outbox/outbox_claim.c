@@ -129,7 +129,9 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 	while (!held && (row = direct_index_scan_next(scan)) != NULL)
 	{
 		direct_deform(claim->queue, row, values, nulls);
-		held = idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], "pending") &&
+		/* NULLs (a DBA's hand edit, NOT NULL dropped) hold nothing. */
+		held = !nulls[COLUMN(claim, QUEUE_STATE)] && !nulls[COLUMN(claim, QUEUE_SCOPE)] &&
+			idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], "pending") &&
 			idem_scope_of_value(values[COLUMN(claim, QUEUE_SCOPE)], claim->scope_type) == scope;
 		heap_freetuple(row);
 	}
@@ -139,7 +141,13 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 	return held;
 }
 
-/* Is this version of a row of the given scope claimable now? */
+/*
+ * Is this version of a row of the given scope claimable now?  A row with
+ * a NULL state, due time or scope is not: the columns are NOT NULL, but a
+ * DBA can drop that and edit rows by hand, and with an index of no
+ * predicate (which is accepted) such a row reaches the claim (reading its
+ * state crashed the backend).
+ */
 static bool
 claimable(Claim *claim, HeapTuple row, Oid scope)
 {
@@ -147,7 +155,9 @@ claimable(Claim *claim, HeapTuple row, Oid scope)
 	bool	   *n = claim->nulls;
 
 	direct_deform(claim->queue, row, v, n);
-	if (!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], "pending") ||
+	if (n[COLUMN(claim, QUEUE_STATE)] || n[COLUMN(claim, QUEUE_AVAILABLE_AT)] ||
+		n[COLUMN(claim, QUEUE_SCOPE)] ||
+		!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], "pending") ||
 		DatumGetTimestampTz(v[COLUMN(claim, QUEUE_AVAILABLE_AT)]) > claim->now ||
 		idem_scope_of_value(v[COLUMN(claim, QUEUE_SCOPE)], claim->scope_type) != scope)
 		return false;
