@@ -18,6 +18,7 @@
 
 #include "common/int.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 
@@ -142,14 +143,26 @@ idem_lease_argument(FunctionCallInfo fcinfo, int argno, const char *what,
 	}
 }
 
-/* Refuse a NULL argument by name: a NULL never becomes a silent default. */
+/*
+ * Refuse a NULL argument by name: a NULL never becomes a silent default.
+ * The detail names the function (every bad input gets one); a call made
+ * from C without a function (no flinfo) names only the argument.
+ */
 void
 idem_require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
+	char	   *function = NULL;
+
+	if (!PG_ARGISNULL(argno))
+		return;
+	if (fcinfo->flinfo != NULL && OidIsValid(fcinfo->flinfo->fn_oid))
+		function = get_func_name(fcinfo->flinfo->fn_oid);
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("%s must not be null", name),
+			 function != NULL ?
+			 errdetail("Argument %d of %s, %s, is null.", argno + 1, function, name) :
+			 errdetail("Argument %d, %s, is null.", argno + 1, name)));
 }
 
 /* A non-NULL bytea argument that must be a 32-byte SHA-256 digest. */

@@ -96,7 +96,13 @@ read_held(Drain *drain, Datum id)
 	if (drain->row == NULL)
 		return false;
 	direct_deform(drain->queue, drain->row, drain->values, drain->nulls);
-	if (IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
+	/*
+	 * A NULL state or scope (a DBA's hand edit, NOT NULL dropped) is held
+	 * by no claim: read as a value it crashed the backend, or gave the
+	 * shared scope.
+	 */
+	if (IS_NULL(drain, QUEUE_STATE) || IS_NULL(drain, QUEUE_SCOPE) ||
+		IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
 		memcmp(DatumGetUUIDP(COLUMN(drain, QUEUE_CLAIM_TOKEN)), drain->token, UUID_LEN) != 0 ||
 		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), "dead"))
 		return false;
@@ -168,11 +174,13 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 	if (ARR_NDIM(ids) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-				 errmsg("ids must be a one-dimensional array")));
+				 errmsg("ids must be a one-dimensional array"),
+				 errdetail("The array given has %d dimensions.", ARR_NDIM(ids))));
 	if (array_contains_nulls(ids))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ids must not contain nulls")));
+				 errmsg("ids must not contain nulls"),
+				 errdetail("An element of the array given is null: an event id is never null.")));
 	deconstruct_array(ids, INT8OID, sizeof(int64), true, TYPALIGN_DOUBLE, &elems, NULL, &n);
 	sorted = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)

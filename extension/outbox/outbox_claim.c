@@ -32,8 +32,9 @@
  * lease it (or mark it dead when its attempts are used up).  Then events
  * staged before 0.3.0 (the shared scope, 0), which every scope shares.
  * The leased rows are returned in id order.  The time that bounds the scan
- * is the call's start, and the claim's own new versions are invisible to
- * its snapshot, so rows it leased never come back into it.  (Leasing by a
+ * and starts the lease is read once the queue is open and locked (not
+ * before a wait for a DBA's lock), and the claim's own new versions are
+ * invisible to its snapshot, so rows it leased never come back into it.  (Leasing by a
  * no-wait update instead of a lock is not an option: heapam does not
  * support heap_update without waiting.)
  *
@@ -92,7 +93,7 @@ typedef struct LeasedRow
 typedef struct Claim
 {
 	DirectTable *queue;
-	TimestampTz now;			/* the call's start: the scan's bound */
+	TimestampTz now;			/* once the queue is locked: the scan's bound */
 	TimestampTz leased_until;
 	Datum		token;
 	Oid			scope_type;
@@ -129,7 +130,9 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 	while (!held && (row = direct_index_scan_next(scan)) != NULL)
 	{
 		direct_deform(claim->queue, row, values, nulls);
-		held = idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], "pending") &&
+		/* NULLs (a DBA's hand edit, NOT NULL dropped) hold nothing. */
+		held = !nulls[COLUMN(claim, QUEUE_STATE)] && !nulls[COLUMN(claim, QUEUE_SCOPE)] &&
+			idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], "pending") &&
 			idem_scope_of_value(values[COLUMN(claim, QUEUE_SCOPE)], claim->scope_type) == scope;
 		heap_freetuple(row);
 	}
@@ -139,7 +142,13 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 	return held;
 }
 
-/* Is this version of a row of the given scope claimable now? */
+/*
+ * Is this version of a row of the given scope claimable now?  A row with
+ * a NULL state, due time or scope is not: the columns are NOT NULL, but a
+ * DBA can drop that and edit rows by hand, and with an index of no
+ * predicate (which is accepted) such a row reaches the claim (reading its
+ * state crashed the backend).
+ */
 static bool
 claimable(Claim *claim, HeapTuple row, Oid scope)
 {
@@ -147,7 +156,9 @@ claimable(Claim *claim, HeapTuple row, Oid scope)
 	bool	   *n = claim->nulls;
 
 	direct_deform(claim->queue, row, v, n);
-	if (!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], "pending") ||
+	if (n[COLUMN(claim, QUEUE_STATE)] || n[COLUMN(claim, QUEUE_AVAILABLE_AT)] ||
+		n[COLUMN(claim, QUEUE_SCOPE)] ||
+		!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], "pending") ||
 		DatumGetTimestampTz(v[COLUMN(claim, QUEUE_AVAILABLE_AT)]) > claim->now ||
 		idem_scope_of_value(v[COLUMN(claim, QUEUE_SCOPE)], claim->scope_type) != scope)
 		return false;
@@ -275,8 +286,6 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	Claim		claim = {0};
 	int			i;
 
-	claim.now = GetCurrentTimestamp();
-	claim.leased_until = idem_time_plus(claim.now, lease);
 	claim.token = token;
 	claim.batch = batch;
 	idem_require_current_schema(namespace);
@@ -287,6 +296,15 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	claim.result_desc = rsinfo->setDesc;
 
 	claim.queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
+	/*
+	 * The clock is read once the queue's locks are held: the open waits for
+	 * any DDL, REINDEX or CREATE INDEX on the queue, and a lease reckoned
+	 * from before that wait would be born expired when the wait outlasts
+	 * it (another drainer could take the events at once, while this one
+	 * publishes them).
+	 */
+	claim.now = GetCurrentTimestamp();
+	claim.leased_until = idem_time_plus(claim.now, lease);
 	claim.scope_type = direct_column_type(claim.queue, QUEUE_SCOPE);
 	claim.values = palloc(sizeof(Datum) * direct_natts(claim.queue));
 	claim.nulls = palloc(sizeof(bool) * direct_natts(claim.queue));

@@ -35,10 +35,13 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_DEAD_AT] = {"dead_at", TIMESTAMPTZOID},
 };
 
+/* As the install script creates them: keys, and the rows they must hold. */
 static const DirectIndex queue_indexes[QUEUE_NINDEXES] = {
 	[QUEUE_INDEX_CLAIMABLE] = {"idem_outbox_claimable", 3,
-	{QUEUE_SCOPE, QUEUE_AVAILABLE_AT, QUEUE_ID}},
-	[QUEUE_INDEX_KEY_ORDER] = {"idem_outbox_key_order", 2, {QUEUE_KEY_HASH, QUEUE_ID}},
+		{QUEUE_SCOPE, QUEUE_AVAILABLE_AT, QUEUE_ID},
+	1, {{QUEUE_STATE, "pending"}}},
+	[QUEUE_INDEX_KEY_ORDER] = {"idem_outbox_key_order", 2, {QUEUE_KEY_HASH, QUEUE_ID},
+	2, {{QUEUE_STATE, "pending"}, {QUEUE_KEY_HASH, NULL}}},
 };
 
 DirectTableDef idem_outbox_queue =

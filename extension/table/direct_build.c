@@ -33,13 +33,17 @@
 #include "access/nbtree.h"
 #include "access/transam.h"
 #include "catalog/dependency.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_coerce.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/builtins.h"
@@ -266,12 +270,69 @@ same_unique_key(Relation pk, Relation index)
 }
 
 /*
+ * Does the index hold every row its declared conditions select: is its
+ * predicate (none: every row) implied by them?  The index is open, its
+ * predicate a copy; the lookups of the proof may accept invalidations.
+ */
+static bool
+holds_declared_rows(DirectTable *dt, const DirectIndex *def, Relation index)
+{
+	List	   *predicate = RelationGetIndexPredicate(index);
+	List	   *conditions = NIL;
+	int			c;
+
+	if (predicate == NIL)
+		return true;
+	for (c = 0; c < def->nconditions; c++)
+	{
+		const DirectIndexCondition *cond = &def->conditions[c];
+		AttrNumber	attnum = dt->attnum[cond->column];
+		Form_pg_attribute att;
+		Var		   *var;
+
+		if (attnum == 0)
+			return false;
+		att = TupleDescAttr(dt->desc, attnum - 1);
+		/* varno 1: the table, as in the stored predicate. */
+		var = makeVar(1, attnum, att->atttypid, att->atttypmod, att->attcollation, 0);
+		if (cond->equals == NULL)
+		{
+			NullTest   *test = makeNode(NullTest);
+
+			test->arg = (Expr *) var;
+			test->nulltesttype = IS_NOT_NULL;
+			test->argisrow = false;
+			test->location = -1;
+			conditions = lappend(conditions, test);
+		}
+		else
+		{
+			Expr	   *equals;
+
+			if (att->atttypid != TEXTOID)
+				return false;
+			equals = make_opclause(TextEqualOperator, BOOLOID, false, (Expr *) var,
+								   (Expr *) makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+													  CStringGetTextDatum(cond->equals),
+													  false, false),
+								   InvalidOid, att->attcollation);
+			set_opfuncid((OpExpr *) equals);
+			conditions = lappend(conditions, equals);
+		}
+	}
+	return predicate_implied_by(predicate, conditions, false);
+}
+
+/*
  * Find the secondary indexes the module scans among the table's (open, in
  * rri) by name, and note the comparison functions of each that is a valid
- * B-tree on the declared columns; any other is left unresolved (-1), and
- * refused by the scan that needs it (direct_table.c), not by calls that do
- * not scan it.  The names are pg_idem's own: only the table's owner can
- * create an index on it.
+ * B-tree on the declared columns, ascending, holding every row of the
+ * declared conditions; any other is left unresolved (-1), and refused by
+ * the scan that needs it (direct_table.c), not by calls that do not scan
+ * it.  The names are pg_idem's own: only the table's owner can create an
+ * index on it, but a DBA who re-creates one by hand with a narrower
+ * predicate (or descending) must get an error, not claims that silently
+ * skip events or break per-key order.
  */
 static void
 resolve_scan_indexes(DirectTable *dt)
@@ -305,9 +366,10 @@ resolve_scan_indexes(DirectTable *dt)
 			continue;
 		for (k = 0; k < def->nkeys; k++)
 			if (dt->attnum[def->keys[k]] == 0 ||
-				index->rd_index->indkey.values[k] != dt->attnum[def->keys[k]])
+				index->rd_index->indkey.values[k] != dt->attnum[def->keys[k]] ||
+				(index->rd_indoption[k] & INDOPTION_DESC) != 0)
 				break;
-		if (k < def->nkeys)
+		if (k < def->nkeys || !holds_declared_rows(dt, def, index))
 			continue;
 		for (k = 0; k < def->nkeys; k++)
 			for (strategy = 1; strategy <= BTMaxStrategyNumber; strategy++)

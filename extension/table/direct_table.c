@@ -598,7 +598,7 @@ direct_index_scan_begin(DirectTable *dt, int index, int nkeys, const DirectScanK
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem index %s is missing or not usable", dt->scan_defs[index].name),
-				 errdetail("Table %s needs a valid B-tree index %s on the columns of pg_idem's definition.",
+				 errdetail("Table %s needs a valid B-tree index %s on the columns of pg_idem's definition, ascending, with no narrower predicate.",
 						   dt->relname, dt->scan_defs[index].name),
 				 errhint("Run REINDEX INDEX %s, or create it again as pg_idem's install script does.",
 						 dt->scan_defs[index].name)));

@@ -43,17 +43,33 @@ typedef struct DirectTable DirectTable;
 
 /*
  * A secondary B-tree index a module scans (the outbox's claimable rows,
- * say), by name and by the declared columns its keys must be, in order:
- * an index of that name with other keys is refused, never scanned.
+ * say), by name, by the declared columns its keys must be, in order and
+ * ascending, and by the rows its scans must find (the conditions of
+ * pg_idem's partial index: a declared text column equal to a value, or a
+ * declared column not null).  An index of that name with other keys, a
+ * descending key or a predicate that leaves out some of those rows (a
+ * DBA's narrower re-creation) is refused, never scanned: its scans would
+ * miss rows, and a claim's per-key order probe that misses an earlier
+ * pending event hands out the next one.  A broader predicate, or none,
+ * is fine: the callers check every row they read.
  */
 #define DIRECT_MAX_INDEX_KEYS 4
 #define DIRECT_MAX_SCAN_INDEXES 4
+#define DIRECT_MAX_INDEX_CONDITIONS 2
+
+typedef struct DirectIndexCondition
+{
+	int			column;			/* declared column number */
+	const char *equals;			/* a text value it equals; NULL: IS NOT NULL */
+} DirectIndexCondition;
 
 typedef struct DirectIndex
 {
 	const char *name;
 	int			nkeys;
 	int			keys[DIRECT_MAX_INDEX_KEYS];	/* declared column numbers */
+	int			nconditions;
+	DirectIndexCondition conditions[DIRECT_MAX_INDEX_CONDITIONS];
 } DirectIndex;
 
 typedef struct DirectTableDef
