@@ -220,7 +220,7 @@ WAKE_ARGS=(--rounds "$WAKE_ROUNDS" --followers 1 10 100 --direct "host=$PGHOST p
 # What a harness adds: 100 followers, directly, as the first version of the
 # harness measured them (a thread and a new connection each), on new
 # connections from one thread, and as above.
-/usr/bin/python3 "$BENCH/growth_wakeup.py" --rounds 3 --followers 100 --harness threads fresh loop \
+/usr/bin/python3 "$BENCH/growth_wakeup.py" --rounds "$WAKE_ROUNDS" --followers 100 --harness threads fresh loop \
     --direct "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER" >"$OUT/wakeup_harness.csv" ||
     echo "the harness comparison failed (exit $?)" >&2
 stop_pgbouncer

@@ -81,6 +81,15 @@ def wait_until_asleep(admin, expected):
     return pids
 
 
+def wait_until_gone(admin, pids):
+    # A closed connection's backend exits on its own time: without this the
+    # next cell would be measured while 100 backends tear down.
+    deadline = time.monotonic() + 30
+    while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)",
+                        (pids,)).fetchone()[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def cpu_ns(pids):
     """CPU time the processes have run, in ns (/proc/PID/schedstat; None
     when a server's processes cannot be read from here)."""
@@ -155,7 +164,7 @@ def loop_round(key, claim_id, winner, admin, followers, pool):
         out.append((stamp[i], float(row[1]) if row else float("nan"),
                     row[0] if row else "error: " + error))
     cpu = cpu_ns(pids)
-    return out, stamp[-1], wall0, t0, switched, None if cpu0 is None or cpu is None else cpu - cpu0
+    return out, stamp[-1], wall0, t0, switched, None if cpu0 is None or cpu is None else cpu - cpu0, pids
 
 
 def threads_round(key, claim_id, winner, admin, dsn, n, pool):
@@ -190,7 +199,7 @@ def threads_round(key, claim_id, winner, admin, dsn, n, pool):
     for t in threads:
         t.join()
     cpu = (None if None in ran else sum(ran)) if direct else cpu_ns(pids)
-    return out, fin, wall0, t0, sum(after) - sum(before), None if cpu0 is None or cpu is None else cpu - cpu0
+    return out, fin, wall0, t0, sum(after) - sum(before), None if cpu0 is None or cpu is None else cpu - cpu0, pids
 
 
 def one_round(harness, winner, admin, dsn, n, pool, kept):
@@ -201,13 +210,17 @@ def one_round(harness, winner, admin, dsn, n, pool, kept):
         "SELECT claim_id FROM idem_claim(%s::bytea, %s::bytea, '30 s'::interval)",
         (key, HASH)).fetchone()[0])
     if harness == "threads":
-        out, fin, wall0, t0, switched, cpu = threads_round(key, claim_id, winner, admin, dsn, n, pool)
+        out, fin, wall0, t0, switched, cpu, pids = threads_round(key, claim_id, winner, admin, dsn, n,
+                                                                 pool)
     else:
         followers = kept if harness == "loop" else connect(dsn, n)
-        out, fin, wall0, t0, switched, cpu = loop_round(key, claim_id, winner, admin, followers, pool)
+        out, fin, wall0, t0, switched, cpu, pids = loop_round(key, claim_id, winner, admin, followers,
+                                                              pool)
         if harness != "loop":
             for c in followers:
                 c.finish()
+    if harness != "loop" and pool >= n:
+        wait_until_gone(admin, pids)
     after = wake_counts(admin)
     return ([((t - t0) * 1000, (server - wall0) * 1000, outcome) for t, server, outcome in out],
             (fin - t0) * 1000, after[0] - before[0], after[1] - before[1], switched,
