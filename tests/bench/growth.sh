@@ -99,9 +99,11 @@ for p in $ALL_PARTS; do
         kept="$kept $p"
     fi
 done
+# (appended to machine.txt after this run's own lines, at the end)
+: >"$WORK/kept.txt"
 if [ -n "$kept" ] && [ -f "$RESULTS/raw/growth/machine.txt" ]; then
-    echo "kept from an earlier run:$kept" >>"$OUT/machine.txt"
-    sed 's/^/earlier run: /' "$RESULTS/raw/growth/machine.txt" >>"$OUT/machine.txt"
+    echo "kept from an earlier run:$kept" >"$WORK/kept.txt"
+    sed 's/^/earlier run: /' "$RESULTS/raw/growth/machine.txt" >>"$WORK/kept.txt"
 fi
 
 # One pgbench run; prints "tps,p50_us,p99_us" from its per-transaction log.
@@ -226,8 +228,11 @@ WAKE_ARGS=(--rounds "$WAKE_ROUNDS" --followers 1 10 100 --direct "host=$PGHOST p
 stop_pgbouncer
 fi
 
-echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
-echo "wall_seconds=$(($(date +%s) - START_TIME))" >>"$OUT/machine.txt"
+{
+    echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "wall_seconds=$(($(date +%s) - START_TIME))"
+    cat "$WORK/kept.txt"
+} >>"$OUT/machine.txt"
 stop_cluster
 say "report"
 python3 "$BENCH/growth_report.py" "$OUT" "$RESULTS" "$BENCH/plots"
