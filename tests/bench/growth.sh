@@ -20,7 +20,11 @@
 #   wake-up   followers 1, 10 and 100 waiting in the database for one
 #             winner, directly and through PgBouncer (transaction mode,
 #             pool 5): time from the winner's finalize to each follower's
-#             answer, p50/p99 (tests/bench/growth_wakeup.py)
+#             answer, p50/p99 (tests/bench/growth_wakeup.py), and what the
+#             harness itself adds to it at 100 followers
+# GROWTH_PARTS names the parts to measure (default: "clients shapes pileup
+# wakeup"); the page keeps the committed numbers of a part left out
+# (results/raw/growth/), and its machine lines say which run they are from.
 # The steady-state size under a short idem.ttl is the main section's
 # (tests/bench/run.sh): it stays there.
 set -euo pipefail
@@ -40,6 +44,12 @@ case $MODE in
 esac
 CLIENT_COUNTS=${GROWTH_CLIENTS:-"1 4 16 64 128"}
 SIZES=${GROWTH_SIZES:-$SIZES}
+ALL_PARTS="clients shapes pileup wakeup"
+PARTS=${GROWTH_PARTS:-$ALL_PARTS}
+for p in $PARTS; do
+    case " $ALL_PARTS " in *" $p "*) ;; *) echo "GROWTH_PARTS: no part $p (parts: $ALL_PARTS)" >&2; exit 2 ;; esac
+done
+measured() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # max_connections above the largest client count and its pooler; the
 # horizons short so that the seeded backlog is past them (a key is deleted
@@ -77,7 +87,24 @@ q -c "CREATE EXTENSION pg_idem" -f "$BENCH/sql/setup.sql" -f "$BENCH/sql/growth.
     echo "postgres=$(q -c 'SELECT version()')"
     echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "parts=$PARTS"
 } >"$OUT/machine.txt"
+# The parts left out: the committed page's numbers, and the run they are from.
+kept=
+for p in $ALL_PARTS; do
+    if ! measured "$p" && [ -f "$RESULTS/raw/growth/$p.csv" ]; then
+        cp "$RESULTS/raw/growth/$p.csv" "$OUT/$p.csv"
+        [ "$p" = wakeup ] && [ -f "$RESULTS/raw/growth/wakeup_harness.csv" ] &&
+            cp "$RESULTS/raw/growth/wakeup_harness.csv" "$OUT/"
+        kept="$kept $p"
+    fi
+done
+# (appended to machine.txt after this run's own lines, at the end)
+: >"$WORK/kept.txt"
+if [ -n "$kept" ] && [ -f "$RESULTS/raw/growth/machine.txt" ]; then
+    echo "kept from an earlier run:$kept" >"$WORK/kept.txt"
+    sed 's/^/earlier run: /' "$RESULTS/raw/growth/machine.txt" >>"$WORK/kept.txt"
+fi
 
 # One pgbench run; prints "tps,p50_us,p99_us" from its per-transaction log.
 pgbench_run() {   # CLIENTS SECS SCRIPT [ARGS...]
@@ -96,8 +123,6 @@ pgbench_run() {   # CLIENTS SECS SCRIPT [ARGS...]
 }
 
 # ---------------------------------------------------------------------------
-say "clients: cycle, replay and a hot key at $CLIENT_COUNTS clients ($ROUNDS rounds x ${SECS}s)"
-echo "round,scenario,variant,clients,tps,p50_us,p99_us" >"$OUT/clients.csv"
 cell() {   # ROUND SCENARIO VARIANT CLIENTS
     case $2 in
         cycle) q -c "SELECT bench.reset('$([ "$3" = minimal ] && echo bench.idem_minimal || echo idem_keys)', 'none', 0)" >/dev/null ;;
@@ -113,6 +138,9 @@ pair() {   # ROUND SCENARIO CLIENTS BASE
         cell "$1" "$2" "$4" "$3"; cell "$1" "$2" pg_idem "$3"
     fi
 }
+if measured clients; then
+say "clients: cycle, replay and a hot key at $CLIENT_COUNTS clients ($ROUNDS rounds x ${SECS}s)"
+echo "round,scenario,variant,clients,tps,p50_us,p99_us" >"$OUT/clients.csv"
 for round in $(seq 1 "$ROUNDS"); do
     for clients in $CLIENT_COUNTS; do
         pair "$round" cycle "$clients" minimal
@@ -124,6 +152,7 @@ for round in $(seq 1 "$ROUNDS"); do
     done
     echo "round $round of $ROUNDS done ($(($(date +%s) - START_TIME)) s)"
 done
+fi
 
 # ---------------------------------------------------------------------------
 # The replay's call shapes, by the server's CPU per call (what the shape
@@ -131,6 +160,7 @@ done
 # reaped children's CPU time read around each run): SELECT * FROM
 # idem_claim(...) as the clients send it, one composite value, a subquery
 # scan, and the bare primary-key SELECT.
+if measured shapes; then
 say "replay shapes: server CPU per call, $ROUNDS rounds x $SHAPE_CALLS calls"
 echo "round,shape,calls,cpu_ticks,ticks_per_s" >"$OUT/shapes.csv"
 POSTMASTER=$(head -1 "$WORK/data/postmaster.pid")
@@ -149,8 +179,10 @@ for round in $(seq 1 "$ROUNDS"); do
         echo "$round,$shape,$SHAPE_CALLS,$(($(reaped_cpu) - c0)),$(getconf CLK_TCK)" >>"$OUT/shapes.csv"
     done
 done
+fi
 
 # ---------------------------------------------------------------------------
+if measured pileup; then
 say "pile-up: the claim's latency with $SIZES keys, quiet and during cleanup"
 echo "keys,phase,tps,p50_us,p99_us,deleted,cleanup_keys_per_s,table_mb,indexes_mb" >"$OUT/pileup.csv"
 for n in $SIZES; do
@@ -176,8 +208,10 @@ for n in $SIZES; do
     echo "$n,cleanup,$(cat "$WORK/pile.result"),$deleted,$(echo "scale=0; $deleted / ($t1 - $t0)" | bc),$(size)" >>"$OUT/pileup.csv"
     q -c "TRUNCATE idem_keys" >/dev/null
 done
+fi
 
 # ---------------------------------------------------------------------------
+if measured wakeup; then
 say "wake-up: 1, 10 and 100 followers, directly and through PgBouncer (pool 5)"
 PGBOUNCER_POOL_SIZE=5 start_pgbouncer || { echo "PgBouncer did not start: wake-up through it not measured"; PGBOUNCER_PORT=; }
 WAKE_ARGS=(--rounds "$WAKE_ROUNDS" --followers 1 10 100 --direct "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER")
@@ -185,10 +219,20 @@ WAKE_ARGS=(--rounds "$WAKE_ROUNDS" --followers 1 10 100 --direct "host=$PGHOST p
     WAKE_ARGS+=(--pooled "host=127.0.0.1 port=$PGBOUNCER_PORT dbname=$PGDATABASE user=$PGUSER")
 /usr/bin/python3 "$BENCH/growth_wakeup.py" "${WAKE_ARGS[@]}" >"$OUT/wakeup.csv" ||
     echo "the wake-up measurement failed (exit $?)" >&2
+# What a harness adds: 100 followers, directly, as the first version of the
+# harness measured them (a thread and a new connection each), on new
+# connections from one thread, and as above.
+/usr/bin/python3 "$BENCH/growth_wakeup.py" --rounds "$WAKE_ROUNDS" --followers 100 --harness threads fresh loop \
+    --direct "host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER" >"$OUT/wakeup_harness.csv" ||
+    echo "the harness comparison failed (exit $?)" >&2
 stop_pgbouncer
+fi
 
-echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/machine.txt"
-echo "wall_seconds=$(($(date +%s) - START_TIME))" >>"$OUT/machine.txt"
+{
+    echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "wall_seconds=$(($(date +%s) - START_TIME))"
+    cat "$WORK/kept.txt"
+} >>"$OUT/machine.txt"
 stop_cluster
 say "report"
 python3 "$BENCH/growth_report.py" "$OUT" "$RESULTS" "$BENCH/plots"

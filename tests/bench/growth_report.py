@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """growth_report.py OUT RESULTS PLOTS: make bench's growth section as a page.
 
-Reads what tests/bench/growth.sh wrote in OUT (clients.csv, pileup.csv,
-wakeup.csv, machine.txt), writes RESULTS/growth.md, the plots
-RESULTS/growth_clients.png and RESULTS/growth_pileup.png (gnuplot scripts
-in PLOTS), and copies the CSVs to RESULTS/raw/growth/.  Ratios are of
+Reads what tests/bench/growth.sh wrote in OUT (clients.csv, shapes.csv,
+pileup.csv, wakeup.csv, wakeup_harness.csv, machine.txt), writes
+RESULTS/growth.md, the plots RESULTS/growth_clients.png and
+RESULTS/growth_pileup.png (gnuplot scripts in PLOTS), and copies the CSVs
+to RESULTS/raw/growth/.  Ratios are of
 medians over the rounds, pg_idem against the baseline of the same round.
 """
 import csv
@@ -114,23 +115,87 @@ def shapes_section(rows, lines):
     lines.append("")
 
 
-def wakeup_section(rows, lines):
-    lines.append("## Follower wake-up\n")
-    lines.append("Time from the winner's finalize to each follower's answer (followers "
-                 "waiting inside idem_claim); through PgBouncer only the pool's 5 wait on "
-                 "a server at once, the rest queue in the pooler.\n")
-    lines.append("| path | followers | answers | p50 ms | p99 ms | max ms | outcomes |")
-    lines.append("|---|---|---|---|---|---|---|")
-    groups = defaultdict(list)
-    outcomes = defaultdict(lambda: defaultdict(int))
+def wakeup_cells(rows):
+    """(harness, path, followers) -> what its rounds measured."""
+    cells = defaultdict(lambda: {"ms": [], "server": [], "fin": {}, "cpu": {}, "wakes": {},
+                                 "switches": {}, "by_round": defaultdict(list),
+                                 "outcomes": defaultdict(int)})
     for r in rows:
-        k = (r["path"], int(r["followers"]))
-        groups[k].append(float(r["ms"]))
-        outcomes[k][r["outcome"]] += 1
-    for (path, n), ms in sorted(groups.items()):
-        o = ", ".join(f"{k} {v}" for k, v in sorted(outcomes[(path, n)].items()))
-        lines.append(f"| {path} | {n} | {len(ms)} | {pct(ms, 0.5):.1f} | {pct(ms, 0.99):.1f} "
-                     f"| {max(ms):.1f} | {o} |")
+        c = cells[(r.get("harness") or "threads", r["path"], int(r["followers"]))]
+        c["ms"].append(float(r["ms"]))
+        c["by_round"][r["round"]].append(float(r["ms"]))
+        c["outcomes"][r["outcome"]] += 1
+        if r.get("server_ms") not in (None, "", "nan"):
+            c["server"].append(float(r["server_ms"]))
+        if r.get("finalize_ms"):
+            c["fin"][r["round"]] = float(r["finalize_ms"])
+        if r.get("cpu_us"):
+            c["cpu"][r["round"]] = float(r["cpu_us"])
+        if r.get("slept"):
+            c["wakes"][r["round"]] = (int(r["slept"]), int(r["woken"]))
+        if r.get("switches"):
+            c["switches"][r["round"]] = int(r["switches"])
+    return cells
+
+
+def median_of(d, fmt=".0f"):
+    return format(statistics.median(d.values()), fmt) if d else ""
+
+
+def backend(c):
+    return f"{pct(c['server'], 0.5):.1f} / {pct(c['server'], 0.99):.1f}" if c["server"] else ""
+
+
+def wakeup_section(rows, harness_rows, lines):
+    if not rows:
+        return
+    lines.append("## Follower wake-up\n")
+    lines.append("Time from the winner sending its finalize to each follower's answer reaching "
+                 "the harness (followers waiting inside idem_claim, one warm connection each, "
+                 "all driven by one thread: tests/bench/growth_wakeup.py). *Backend*: when "
+                 "the follower's backend had its answer (clock_timestamp() after the wait). "
+                 "*Finalize*: when the winner's commit, which wakes them, returned to it. "
+                 "*CPU*: what the sleeping followers' backends ran from the finalize to the "
+                 "last answer, per follower, median of the rounds. *Slept / woken*: followers "
+                 "that slept in the server and sleeps a commit ended (idem_stats), over the "
+                 "rounds. Through PgBouncer only the pool's 5 wait on a server at once; the "
+                 "rest queue in the pooler and replay.\n")
+    lines.append("| path | followers | answers | p50 ms | p99 ms | max ms | backend p50 / p99 ms "
+                 "| finalize p50 ms | CPU µs | slept / woken | outcomes |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    cells = wakeup_cells(rows)
+    for (harness, path, n), c in sorted(cells.items()):
+        if harness != "loop":
+            continue
+        o = ", ".join(f"{name} {v}" for name, v in sorted(c["outcomes"].items()))
+        w = (f"{sum(a for a, _ in c['wakes'].values())} / {sum(b for _, b in c['wakes'].values())}"
+             if c["wakes"] else "")
+        lines.append(f"| {path} | {n} | {len(c['ms'])} | {pct(c['ms'], 0.5):.1f} "
+                     f"| {pct(c['ms'], 0.99):.1f} | {max(c['ms']):.1f} | {backend(c)} "
+                     f"| {median_of(c['fin'], '.1f')} | {median_of(c['cpu'])} | {w} | {o} |")
+    lines.append("")
+    if not harness_rows:
+        return
+    lines.append("### What the harness adds\n")
+    lines.append("The same 100 followers, directly, the three harnesses interleaved round by "
+                 "round: *threads* is the first version of the harness (a Python thread and a "
+                 "new connection per follower per round), *fresh* one thread on new "
+                 "connections every round, *loop* the table above. *Rounds' p99*: the median of "
+                 "the rounds' own p99 (one round disturbed by the machine moves it less). "
+                 "*Blocked*: how often the harness's threads blocked from the finalize to their "
+                 "answers, per round (median).\n")
+    lines.append("| harness | answers | p50 ms | p99 ms | rounds' p99 ms | backend p50 / p99 ms "
+                 "| CPU µs | blocked |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    names = {"threads": "threads (the first version)", "fresh": "fresh", "loop": "loop"}
+    cells = wakeup_cells(harness_rows)
+    for harness in ("threads", "fresh", "loop"):
+        for (h, path, n), c in sorted(cells.items()):
+            if h == harness:
+                rounds = statistics.median(pct(v, 0.99) for v in c["by_round"].values())
+                lines.append(f"| {names[h]} | {len(c['ms'])} | {pct(c['ms'], 0.5):.1f} "
+                             f"| {pct(c['ms'], 0.99):.1f} | {rounds:.1f} | {backend(c)} "
+                             f"| {median_of(c['cpu'])} | {median_of(c['switches'])} |")
     lines.append("")
 
 
@@ -144,9 +209,11 @@ def main():
     clients_section(read(os.path.join(out, "clients.csv")), lines, os.path.join(out, "clients.dat"))
     shapes_section(read(os.path.join(out, "shapes.csv")), lines)
     pileup_section(read(os.path.join(out, "pileup.csv")), lines, os.path.join(out, "pileup.dat"))
-    wakeup_section(read(os.path.join(out, "wakeup.csv")), lines)
+    wakeup_section(read(os.path.join(out, "wakeup.csv")),
+                   read(os.path.join(out, "wakeup_harness.csv")), lines)
     os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
-    for name in ("clients.csv", "shapes.csv", "pileup.csv", "wakeup.csv", "machine.txt"):
+    for name in ("clients.csv", "shapes.csv", "pileup.csv", "wakeup.csv", "wakeup_harness.csv",
+                 "machine.txt"):
         if os.path.exists(os.path.join(out, name)):
             shutil.copy(os.path.join(out, name), os.path.join(results, "raw", "growth", name))
     if shutil.which("gnuplot"):
