@@ -16,7 +16,10 @@
 #   pile-up   the claim's p50/p99 with N keys in idem_keys, quiet and then
 #             while idem_cleanup deletes a backlog of N/2 keys past their
 #             horizon at full speed (one session calling it back to back
-#             until the backlog is gone); the cleanup's throughput in keys/s
+#             until the backlog is gone), and beside two controls: a session
+#             that only burns CPU as long, and one that only writes as much
+#             WAL; the cleanup's throughput in keys/s, the WAL of each phase
+#             and what the claims wait on
 #   wake-up   followers 1, 10 and 100 waiting in the database for one
 #             winner, directly and through PgBouncer (transaction mode,
 #             pool 5): time from the winner's finalize to each follower's
@@ -96,6 +99,8 @@ for p in $ALL_PARTS; do
         cp "$RESULTS/raw/growth/$p.csv" "$OUT/$p.csv"
         [ "$p" = wakeup ] && [ -f "$RESULTS/raw/growth/wakeup_harness.csv" ] &&
             cp "$RESULTS/raw/growth/wakeup_harness.csv" "$OUT/"
+        [ "$p" = pileup ] && [ -f "$RESULTS/raw/growth/pileup_waits.csv" ] &&
+            cp "$RESULTS/raw/growth/pileup_waits.csv" "$OUT/"
         kept="$kept $p"
     fi
 done
@@ -183,29 +188,66 @@ fi
 
 # ---------------------------------------------------------------------------
 if measured pileup; then
-say "pile-up: the claim's latency with $SIZES keys, quiet and during cleanup"
-echo "keys,phase,tps,p50_us,p99_us,deleted,cleanup_keys_per_s,table_mb,indexes_mb" >"$OUT/pileup.csv"
-for n in $SIZES; do
-    q -c "SELECT bench.growth_seed($n, $((n / 2)))" -c "VACUUM ANALYZE idem_keys" -c "CHECKPOINT" >/dev/null
-    size() { q -c "SELECT round(pg_relation_size('idem_keys') / 1048576.0, 1) || ',' ||
-                          round(pg_indexes_size('idem_keys') / 1048576.0, 1)"; }
-    echo "$n,quiet,$(pgbench_run 4 "$PILE_SECS" cycle-pg_idem),0,0,$(size)" >>"$OUT/pileup.csv"
-    # The cleaner: idem_cleanup(10000) back to back until the backlog is
-    # gone or the cycle's run is over; its rate is what it deleted over the
-    # time it ran.
-    before=$(q -c "SELECT bench.growth_backlog()")
+say "pile-up: the claim's latency with $SIZES keys: quiet, beside a CPU burner, during cleanup"
+echo "keys,phase,tps,p50_us,p99_us,deleted,cleanup_keys_per_s,table_mb,indexes_mb,wal_mb,wal_fpi" >"$OUT/pileup.csv"
+echo "keys,phase,wait,samples" >"$OUT/pileup_waits.csv"
+size() { q -c "SELECT round(pg_relation_size('idem_keys') / 1048576.0, 1) || ',' ||
+                      round(pg_indexes_size('idem_keys') / 1048576.0, 1)"; }
+wal_now() { q -c "SELECT pg_current_wal_lsn() - '0/0' || ',' || wal_fpi FROM pg_stat_wal"; }
+# One phase: the claim cycle at 4 clients for PILE_SECS, the claims'
+# backends sampled meanwhile (bench.sample_waits), beside
+#   quiet    nothing else;
+#   cpu      bench.burn_cpu: one backend spinning for as long, writing
+#            nothing (the cleanup's share of a core, and nothing else of it);
+#   cleanup  idem_cleanup(10000) back to back until it finds nothing left or
+#            the cycle's run is over; its rate is what it deleted over the
+#            time it ran, and CLEANUP_WAL_RATE the WAL the cluster wrote
+#            meanwhile (MB/s);
+#   wal      bench.write_wal: as much WAL per second as the cleanup's added
+#            to the quiet phase's, and nothing else (the cleanup's WAL
+#            without its deletes).
+# The WAL the phase wrote (all sessions), and its full-page images.
+lsn_now() { q -c "SELECT pg_current_wal_lsn() - '0/0'"; }
+pile_phase() {   # KEYS PHASE
+    local n=$1 phase=$2 cycler sampler t0 t1 got deleted=0 rate=0 w0 w1 l0 l1
+    w0=$(wal_now)
     pgbench_run 4 "$PILE_SECS" cycle-pg_idem >"$WORK/pile.result" &
     cycler=$!
+    q -F, -c "SELECT $n, '$phase', wait, samples FROM bench.sample_waits($PILE_SECS - 0.5)" \
+        >>"$OUT/pileup_waits.csv" &
+    sampler=$!
     t0=$(date +%s.%N)
-    left=$before
-    while [ "$left" -gt 0 ] && kill -0 "$cycler" 2>/dev/null; do
-        q -c "SELECT idem_cleanup(10000)" >/dev/null
-        left=$(q -c "SELECT bench.growth_backlog()")
-    done
+    case $phase in
+        cpu) q -c "SELECT bench.burn_cpu($PILE_SECS)" >/dev/null ;;
+        wal) q -c "SELECT bench.write_wal($WAL_RATE, $PILE_SECS)" >/dev/null ;;
+        cleanup)
+            l0=$(lsn_now)
+            while kill -0 "$cycler" 2>/dev/null; do
+                got=$(q -c "SELECT idem_cleanup(10000)")
+                deleted=$((deleted + got))
+                [ "$got" -gt 0 ] || break
+            done
+            l1=$(lsn_now) ;;
+    esac
     t1=$(date +%s.%N)
+    [ "$phase" = cleanup ] &&
+        CLEANUP_WAL_RATE=$(echo "$l0 $l1 $t0 $t1" | awk '{printf "%.2f", ($2 - $1) / 1048576 / ($4 - $3)}')
     wait "$cycler" || true
-    deleted=$((before - left))
-    echo "$n,cleanup,$(cat "$WORK/pile.result"),$deleted,$(echo "scale=0; $deleted / ($t1 - $t0)" | bc),$(size)" >>"$OUT/pileup.csv"
+    wait "$sampler" || true
+    [ "$deleted" -gt 0 ] && rate=$(echo "scale=0; $deleted / ($t1 - $t0)" | bc)
+    sleep 1   # the exited backends' WAL counters reach pg_stat_wal
+    w1=$(wal_now)
+    echo "$n,$phase,$(cat "$WORK/pile.result"),$deleted,$rate,$(size),$(echo "${w0%,*} ${w1%,*}" |
+        awk '{printf "%.1f", ($2 - $1) / 1048576}'),$((${w1#*,} - ${w0#*,}))" >>"$OUT/pileup.csv"
+}
+for n in $SIZES; do
+    q -c "SELECT bench.growth_seed($n, $((n / 2)))" -c "VACUUM ANALYZE idem_keys" -c "CHECKPOINT" >/dev/null
+    pile_phase "$n" quiet
+    QUIET_WAL_RATE=$(tail -1 "$OUT/pileup.csv" | awk -F, -v s="$PILE_SECS" '{printf "%.2f", $10 / s}')
+    pile_phase "$n" cpu
+    pile_phase "$n" cleanup
+    WAL_RATE=$(echo "$CLEANUP_WAL_RATE $QUIET_WAL_RATE" | awk '{r = $1 - $2; printf "%.2f", (r > 0 ? r : 0)}')
+    pile_phase "$n" wal
     q -c "TRUNCATE idem_keys" >/dev/null
 done
 fi

@@ -70,13 +70,20 @@ def clients_section(rows, lines, plots_in):
             f.write("\n\n")
 
 
-def pileup_section(rows, lines, plots_in):
+def pileup_section(rows, waits, lines, plots_in):
+    if not rows:
+        return
     lines.append("## Keys piling up, and the cleanup deleting a backlog\n")
-    lines.append("The claim cycle at 4 clients with N completed keys in idem_keys, quiet "
-                 "and while one session runs idem_cleanup(10000) back to back on a backlog "
-                 "of N/2 keys past their horizon (target: p99 during cleanup <= 2 x quiet).\n")
-    lines.append("| keys | phase | tps | p50 ms | p99 ms | p99 / quiet | cleanup keys/s | table MB | indexes MB |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines.append("The claim cycle at 4 clients with N completed keys in idem_keys: quiet; "
+                 "beside one session burning CPU and writing nothing (`cpu`, a control); "
+                 "while one session runs idem_cleanup(10000) back to back on a backlog "
+                 "of N/2 keys past their horizon (target: p99 during cleanup <= 2 x quiet); "
+                 "and then beside one session writing, and doing nothing else, as much WAL per "
+                 "second as the cleanup added (`wal`, the other control: 8 kB logical messages, "
+                 "on the table the cleanup left). WAL is all sessions' over the phase.\n")
+    lines.append("| keys | phase | tps | p50 ms | p99 ms | p99 / quiet | cleanup keys/s "
+                 "| WAL MB | full-page images | table MB | indexes MB |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     quiet = {}
     with open(plots_in, "w") as f:
         for r in rows:
@@ -85,10 +92,34 @@ def pileup_section(rows, lines, plots_in):
             if phase == "quiet":
                 quiet[n] = p99
             rel = f"{p99 / quiet[n]:.2f}" if phase != "quiet" and quiet.get(n) else ""
-            speed = r["cleanup_keys_per_s"] if phase != "quiet" else ""
+            speed = r["cleanup_keys_per_s"] if phase == "cleanup" else ""
             lines.append(f"| {n:,} | {phase} | {float(r['tps'] or 0):.0f} | {int(r['p50_us']) / 1000:.2f} "
-                         f"| {p99:.2f} | {rel} | {speed} | {r['table_mb']} | {r['indexes_mb']} |")
+                         f"| {p99:.2f} | {rel} | {speed} | {r.get('wal_mb', '')} | {r.get('wal_fpi', '')} "
+                         f"| {r['table_mb']} | {r['indexes_mb']} |")
             f.write(f"{n} {phase} {int(r['p50_us']) / 1000:.3f} {p99:.3f}\n")
+    lines.append("")
+    if not waits:
+        return
+    # What the claims' backends were doing, as shares of the samples.
+    per = defaultdict(lambda: defaultdict(int))
+    for w in waits:
+        per[(int(w["keys"]), w["phase"])][w["wait"]] += int(w["samples"])
+    top = defaultdict(int)
+    for counts in per.values():
+        total = sum(counts.values())
+        for k, v in counts.items():
+            top[k] += v / total
+    names = sorted(top, key=lambda k: -top[k])[:6]
+    lines.append("What the claims' backends were doing (pg_stat_activity of the active "
+                 "ones, sampled every 10 ms; `CPU` is no wait event: running, or waiting "
+                 "for a core), share of the samples:\n")
+    lines.append("| keys | phase | samples | " + " | ".join(names) + " | other |")
+    lines.append("|---|---|---|" + "---|" * (len(names) + 1))
+    for (n, phase), counts in per.items():
+        total = sum(counts.values())
+        cells = [f"{counts.get(k, 0) / total:.0%}" for k in names]
+        other = 1 - sum(counts.get(k, 0) for k in names) / total
+        lines.append(f"| {n:,} | {phase} | {total} | " + " | ".join(cells) + f" | {other:.0%} |")
     lines.append("")
 
 
@@ -208,11 +239,13 @@ def main():
     lines += [f"- {m}" for m in machine] + [""]
     clients_section(read(os.path.join(out, "clients.csv")), lines, os.path.join(out, "clients.dat"))
     shapes_section(read(os.path.join(out, "shapes.csv")), lines)
-    pileup_section(read(os.path.join(out, "pileup.csv")), lines, os.path.join(out, "pileup.dat"))
+    pileup_section(read(os.path.join(out, "pileup.csv")),
+                   read(os.path.join(out, "pileup_waits.csv")), lines, os.path.join(out, "pileup.dat"))
     wakeup_section(read(os.path.join(out, "wakeup.csv")),
                    read(os.path.join(out, "wakeup_harness.csv")), lines)
     os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
-    for name in ("clients.csv", "shapes.csv", "pileup.csv", "wakeup.csv", "wakeup_harness.csv",
+    for name in ("clients.csv", "shapes.csv", "pileup.csv", "pileup_waits.csv", "wakeup.csv",
+                 "wakeup_harness.csv",
                  "machine.txt"):
         if os.path.exists(os.path.join(out, name)):
             shutil.copy(os.path.join(out, name), os.path.join(results, "raw", "growth", name))

@@ -22,9 +22,72 @@ BEGIN
 END
 $$;
 
--- How many keys past the horizons are left (what the cleaner has not yet deleted).
-CREATE FUNCTION bench.growth_backlog()
+-- The pile-up's controls (what the claims' p99 during the cleanup is made
+-- of).  burn_cpu spends `secs` seconds of one backend's CPU and writes
+-- nothing: the cleanup's share of a core without its WAL, its locks or its
+-- buffer traffic.
+CREATE FUNCTION bench.burn_cpu(secs double precision)
 RETURNS bigint
-LANGUAGE sql AS $$
-    SELECT count(*) FROM idem_keys WHERE created_at < clock_timestamp() - interval '90 minutes'
+LANGUAGE plpgsql AS $$
+DECLARE
+    stop timestamptz := clock_timestamp() + secs * interval '1 second';
+    n bigint := 0;
+BEGIN
+    WHILE clock_timestamp() < stop LOOP
+        FOR i IN 1..10000 LOOP
+            n := n + 1;
+        END LOOP;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- What the claim backends (pgbench's) are doing, sampled every 10 ms for
+-- `secs` seconds: wait_event_type:wait_event of each active one, 'CPU' for
+-- one with no wait event (running, or runnable and waiting for a core).
+-- A temporary table holds the samples: it writes no WAL.
+CREATE FUNCTION bench.sample_waits(secs double precision)
+RETURNS TABLE (wait text, samples bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    stop timestamptz := clock_timestamp() + secs * interval '1 second';
+BEGIN
+    CREATE TEMP TABLE IF NOT EXISTS pg_temp.samples (wait text);
+    TRUNCATE pg_temp.samples;
+    WHILE clock_timestamp() < stop LOOP
+        PERFORM pg_stat_clear_snapshot();
+        INSERT INTO pg_temp.samples
+        SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'CPU')
+          FROM pg_stat_activity a
+         WHERE a.application_name = 'pgbench' AND a.state = 'active';
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RETURN QUERY SELECT s.wait, count(*) FROM pg_temp.samples s GROUP BY s.wait ORDER BY 2 DESC;
+END
+$$;
+
+-- write_wal writes `mb_per_s` MB of WAL per second for `secs` seconds and
+-- nothing else: 8 kB non-transactional logical messages (the size of the
+-- full-page image most of the cleanup's WAL is), paced every 10 ms.  The
+-- cleanup's WAL volume without its deletes, its CPU share only what writing
+-- the bytes costs.
+CREATE FUNCTION bench.write_wal(mb_per_s double precision, secs double precision)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    start timestamptz := clock_timestamp();
+    stop timestamptz := start + secs * interval '1 second';
+    page text := repeat('x', 8000);
+    written bigint := 0;
+BEGIN
+    WHILE clock_timestamp() < stop LOOP
+        WHILE written < mb_per_s * 1048576
+                        * extract(epoch FROM clock_timestamp() - start) LOOP
+            PERFORM pg_logical_emit_message(false, 'bench', page);
+            written := written + 8000;
+        END LOOP;
+        PERFORM pg_sleep(0.01);
+    END LOOP;
+    RETURN written;
+END
 $$;
