@@ -330,6 +330,19 @@ def gen_cpp(p):
           "inline constexpr std::size_t outcome_count = %d;" % len(p["client_outcome"]),
           "// The oldest extension the runner works with (idem::oldest_extension).",
           "inline constexpr std::string_view oldest_extension = %s;" % c_string(p["client"]["oldest_extension"]),
+          "// A handler's validation failures: released, not stored, unless",
+          "// config::client_errors() is client_errors::store.",
+          "inline constexpr std::array<int, %d> validation_statuses = {{%s}};" % (
+              len(p["client"]["validation_statuses"]),
+              ", ".join(str(s) for s in p["client"]["validation_statuses"])),
+          "",
+          "inline constexpr bool is_validation_status(int http_status) noexcept",
+          "{",
+          "    for (int s : validation_statuses)",
+          "        if (s == http_status)",
+          "            return true;",
+          "    return false;",
+          "}",
           "",
           "// Problems a client answers instead of running the handler.",
           "enum class problem", "{"]
@@ -656,11 +669,12 @@ def gen_docs(p):
     L += ["| anything else | %s |" % p["storage"]["default"], "",
           "`finalize`: stored and replayed to every retry. `release`: not stored, the key is free at once.",
           "`fail`: not stored, the key cools down for `idem.failure_cooldown`.", "",
-          "By default the Python and Node clients release a handler's validation failures, " +
+          "By default the three clients release a handler's validation failures, " +
           ", ".join(str(s) for s in p["client"]["validation_statuses"]) +
-          " (as Stripe does: the corrected request with the same key runs); their",
-          "`client_errors = \"store\"` and `storeClientErrors: true` store them as the rules say.",
-          "The C++ client stores them.", "",
+          " (as Stripe does: the corrected request with the same key runs; in the fenced and",
+          "in-transaction modes the handler's writes commit, as for any released status). Each has",
+          "an option to store them as the rules say: Python's `client_errors = \"store\"`, Node's",
+          "`storeClientErrors: true`, C++'s `client_errors(idem::client_errors::store)`.", "",
           "## Extension versions", "",
           "Each client's first-use check refuses an extension older than %s, the first with" %
           p["client"]["oldest_extension"],

@@ -136,6 +136,11 @@ config::builder &config::builder::wakeup(follower_wakeup w)
     c_.wakeup_ = w;
     return *this;
 }
+config::builder &config::builder::client_errors(idem::client_errors how)
+{
+    c_.client_errors_ = how;
+    return *this;
+}
 config::builder &config::builder::replay_header(std::string name)
 {
     std::transform(name.begin(), name.end(), name.begin(),
@@ -184,6 +189,9 @@ config config::builder::build() const
         refuse("max_iterations must be positive");
     if (c.tx_attempts_ == 0)
         refuse("transaction_attempts must be at least 1");
+    if (c.client_errors_ != idem::client_errors::release && c.client_errors_ != idem::client_errors::store)
+        refuse("client_errors must be release or store (got " +
+               std::to_string(static_cast<int>(c.client_errors_)) + ")");
     for (const std::string &h : c.replay_headers_)
     {
         if (!is_token(h))

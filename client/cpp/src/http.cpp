@@ -44,6 +44,15 @@ std::optional<std::string> response::header_value(std::string_view name) const
 
 storage_action classify(int status) noexcept { return protocol::classify(status); }
 
+storage_action classify(int status, client_errors how) noexcept
+{
+    const storage_action action = protocol::classify(status);
+    if (action == storage_action::finalize && how == client_errors::release &&
+        protocol::is_validation_status(status))
+        return storage_action::release;
+    return action;
+}
+
 bool header_name_equal(std::string_view a, std::string_view b) noexcept
 {
     if (a.size() != b.size())

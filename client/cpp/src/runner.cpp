@@ -91,7 +91,7 @@ run_result engine::win_standard(call &c, connection_handle conn, claim_row &row,
 void engine::store_standard(call &c, connection_handle &conn, const std::string &claim_id, std::int64_t generation,
                             const response &resp) const
 {
-    const storage_action action = classify(resp.status);
+    const storage_action action = classify(resp.status, cfg_.client_errors());
     if (action != storage_action::finalize)
     {
         give_up_claim(c, conn, claim_id, action);

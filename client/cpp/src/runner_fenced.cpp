@@ -110,7 +110,7 @@ run_result engine::win_fenced(call &c, connection_handle conn, claim_row &row,
         // again), except the server's own "retry the transaction".
         try
         {
-            action = classify(resp.status);
+            action = classify(resp.status, cfg_.client_errors());
             if (action == storage_action::fail)
             {
                 try

@@ -170,7 +170,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
             // store's. It is answered, not thrown, and never runs the
             // handler again in this call (but for the server's own "retry
             // the transaction", 40001 / 40P01, which rolled everything back).
-            const storage_action action = classify(resp.status);
+            const storage_action action = classify(resp.status, cfg_.client_errors());
             try
             {
                 const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();

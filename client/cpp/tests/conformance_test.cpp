@@ -14,8 +14,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
+#include <vector>
 
 using namespace idem;
 using nlohmann::json;
@@ -144,17 +146,38 @@ TEST(Conformance, StorageOfEveryStatus)
     }
 }
 
-// The oldest extension the runner accepts is the protocol's, as in the
-// other clients; the validation failures they release by default are
-// stored by this client (it has no option to release them).
+// The oldest extension the runner accepts and the validation statuses are
+// the protocol's, as in the other clients: the storage rules finalize
+// those statuses, and the runner releases them by default and stores them
+// with client_errors::store (as Python's client_errors = "store" and
+// Node's storeClientErrors).
 TEST(Conformance, ClientDefaults)
 {
     const json &c = conformance().at("client");
     EXPECT_EQ(std::string(oldest_extension), c.at("oldest_extension").get<std::string>());
     EXPECT_EQ(std::string(protocol::oldest_extension), c.at("oldest_extension").get<std::string>());
-    EXPECT_FALSE(c.at("validation_statuses").empty());
-    for (const json &s : c.at("validation_statuses"))
-        EXPECT_EQ(classify(s.get<int>()), storage_action::finalize) << s;
+    const std::vector<int> statuses = c.at("validation_statuses").get<std::vector<int>>();
+    ASSERT_FALSE(statuses.empty());
+    EXPECT_EQ(std::vector<int>(protocol::validation_statuses.begin(), protocol::validation_statuses.end()),
+              statuses);
+    EXPECT_EQ(config().client_errors(), client_errors::release);
+    for (int s : statuses)
+    {
+        EXPECT_TRUE(protocol::is_validation_status(s)) << s;
+        EXPECT_EQ(classify(s), storage_action::finalize) << "the rules store " << s;
+        EXPECT_EQ(classify(s, client_errors::release), storage_action::release) << "released by default: " << s;
+        EXPECT_EQ(classify(s, client_errors::store), storage_action::finalize) << "stored with store: " << s;
+    }
+    // Only those: every other status is the storage rules' under either setting.
+    for (const json &r : conformance().at("storage"))
+    {
+        const int s = r.at("status").get<int>();
+        if (std::find(statuses.begin(), statuses.end(), s) != statuses.end())
+            continue;
+        EXPECT_FALSE(protocol::is_validation_status(s)) << s;
+        EXPECT_EQ(storage_name(classify(s, client_errors::release)), r.at("action").get<std::string>()) << s;
+        EXPECT_EQ(storage_name(classify(s, client_errors::store)), r.at("action").get<std::string>()) << s;
+    }
 }
 
 TEST(Conformance, KeyStatusSentences)

@@ -316,39 +316,47 @@ TEST(Runner, OverTheClientCapIsStoredNotReplayable)
     EXPECT_TRUE(row.get_bool(0, 2));
 }
 
+// The storage rules, but for the validation failures (400, 422): released
+// by default (the second request runs), stored and replayed with
+// client_errors::store, as in the Python and Node clients.
 TEST(Runner, StatusMatrixAgainstTheServer)
 {
     IDEM_REQUIRE_DB();
     simple_pool pool(idem_test::dsn());
-    runner run(pool, quick().failure_cooldown(5s).build());
     struct row
     {
         int status;
         bool replayed_after;  // a second request replays (otherwise it runs again or cools down)
         bool runs_again;
     };
-    for (const row &r : {row{200, true, false}, row{201, true, false}, row{400, true, false},
-                         row{404, true, false}, row{409, true, false}, row{422, true, false},
-                         row{302, false, true}, row{401, false, true}, row{403, false, true},
-                         row{500, false, false}, row{408, false, false}, row{429, false, false}})
+    for (client_errors how : {client_errors::release, client_errors::store})
     {
-        req_data rq{idem_test::unique_key("matrix-" + std::to_string(r.status))};
-        int runs = 0;
-        auto handler = [&](const claim_context &) {
-            runs++;
-            return response{r.status, {}, "s" + std::to_string(r.status)};
-        };
-        EXPECT_EQ(run.run(rq.view(), handler).response.status, r.status);
-        run_result second = run.run(rq.view(), handler);
-        EXPECT_EQ(is_replay(second), r.replayed_after) << r.status;
-        EXPECT_EQ(runs, r.runs_again ? 2 : 1) << r.status;
-        if (r.replayed_after)
+        const bool store = how == client_errors::store;
+        SCOPED_TRACE(store ? "client_errors::store" : "client_errors::release");
+        runner run(pool, quick().failure_cooldown(5s).client_errors(how).build());
+        for (const row &r : {row{200, true, false}, row{201, true, false}, row{400, store, !store},
+                             row{404, true, false}, row{409, true, false}, row{422, store, !store},
+                             row{302, false, true}, row{401, false, true}, row{403, false, true},
+                             row{500, false, false}, row{408, false, false}, row{429, false, false}})
         {
-            EXPECT_EQ(second.response.status, r.status);
-        }
-        if (!r.replayed_after && !r.runs_again)
-        {
-            EXPECT_EQ(second.response.status, 503) << r.status;  // cooldown
+            req_data rq{idem_test::unique_key("matrix-" + std::to_string(r.status))};
+            int runs = 0;
+            auto handler = [&](const claim_context &) {
+                runs++;
+                return response{r.status, {}, "s" + std::to_string(r.status)};
+            };
+            EXPECT_EQ(run.run(rq.view(), handler).response.status, r.status);
+            run_result second = run.run(rq.view(), handler);
+            EXPECT_EQ(is_replay(second), r.replayed_after) << r.status;
+            EXPECT_EQ(runs, r.runs_again ? 2 : 1) << r.status;
+            if (r.replayed_after)
+            {
+                EXPECT_EQ(second.response.status, r.status);
+            }
+            if (!r.replayed_after && !r.runs_again)
+            {
+                EXPECT_EQ(second.response.status, 503) << r.status;  // cooldown
+            }
         }
     }
 }

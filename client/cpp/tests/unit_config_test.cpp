@@ -40,7 +40,17 @@ TEST(Config, DefaultsAreTheSeeds)
     EXPECT_EQ(c.max_cacheable_response_bytes(), 2u * 1024 * 1024);
     EXPECT_EQ(c.profile(), idem::status_profile::ietf);
     EXPECT_EQ(c.wakeup(), idem::follower_wakeup::server_wait);
+    EXPECT_EQ(c.client_errors(), idem::client_errors::release);  // as Python's and Node's
     EXPECT_NO_THROW(config::builder().build());
+}
+
+TEST(Config, ClientErrorsReleaseOrStore)
+{
+    EXPECT_EQ(config::builder().build().client_errors(), idem::client_errors::release);
+    EXPECT_EQ(config::builder().client_errors(idem::client_errors::store).build().client_errors(),
+              idem::client_errors::store);
+    EXPECT_EQ(refusal(config::builder().client_errors(static_cast<idem::client_errors>(7))),
+              "idem::config: client_errors must be release or store (got 7)");
 }
 
 TEST(Config, RenewDefaultsToAThirdOfTheLease)

@@ -39,6 +39,20 @@ enum class follower_wakeup
     advisory_lock [[deprecated("the advisory-lock wake-up is gone; use server_wait")]] = server_wait
 };
 
+// What the runner does with a handler's validation failure, a status of
+// protocol::validation_statuses (400, 422) that the storage rules would
+// store (Python's Config.client_errors, Node's storeClientErrors).
+enum class client_errors
+{
+    // Not stored: the key is released, as Stripe does, so the corrected
+    // request with the same key runs instead of being answered "key
+    // reused". In the fenced and in-transaction modes the handler's writes
+    // commit, as for every status that releases the key.
+    release,
+    // Stored and replayed, as the protocol's storage rules say.
+    store,
+};
+
 class config
 {
 public:
@@ -61,6 +75,8 @@ public:
     unsigned transaction_attempts() const noexcept { return tx_attempts_; }
     status_profile profile() const noexcept { return profile_; }
     follower_wakeup wakeup() const noexcept { return wakeup_; }
+    // Validation failures (400, 422): released (the default) or stored.
+    idem::client_errors client_errors() const noexcept { return client_errors_; }
     // Named, unnamed or automatic (the default: named, but unnamed behind
     // a pooler) prepared statements.
     pg::preparation prepared_statements() const noexcept { return preparation_; }
@@ -94,6 +110,7 @@ private:
     unsigned tx_attempts_ = 3;
     status_profile profile_ = status_profile::ietf;
     follower_wakeup wakeup_ = follower_wakeup::server_wait;
+    idem::client_errors client_errors_ = idem::client_errors::release;
     pg::preparation preparation_ = pg::preparation::automatic;
     milliseconds wait_slice_{0};
     bool wait_slice_set_ = false;
@@ -136,6 +153,10 @@ public:
     builder &transaction_attempts(unsigned v);
     builder &profile(status_profile p);
     builder &wakeup(follower_wakeup w);
+    // A handler's 400 or 422 (protocol::validation_statuses): release
+    // (the default; the corrected request with the same key runs) or
+    // store (replayed to every retry with the key, as the storage rules say).
+    builder &client_errors(idem::client_errors how);
     // How the runner sends its statements: automatic (the default: named
     // prepared statements, parsed once per connection, on a connection
     // straight to the server; unnamed ones behind a pooler, found out once

@@ -48,6 +48,10 @@ struct response
 // What the winner does with its handler's response: the protocol's
 // storage rules (protocol::classify), stated in protocol.toml.
 storage_action classify(int status) noexcept;
+// What the runner does with it: the storage rules, but a validation
+// failure (protocol::validation_statuses) they would finalize is released
+// under client_errors::release (config::client_errors()).
+storage_action classify(int status, client_errors how) noexcept;
 
 // The marker added to every replayed response.
 inline constexpr const char *replay_header_name = "Idempotent-Replayed";

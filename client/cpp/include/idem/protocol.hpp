@@ -58,6 +58,17 @@ inline constexpr std::string_view problem_base = "urn:pg-idem:problem:";
 inline constexpr std::size_t outcome_count = 9;
 // The oldest extension the runner works with (idem::oldest_extension).
 inline constexpr std::string_view oldest_extension = "0.3.0";
+// A handler's validation failures: released, not stored, unless
+// config::client_errors() is client_errors::store.
+inline constexpr std::array<int, 2> validation_statuses = {{400, 422}};
+
+inline constexpr bool is_validation_status(int http_status) noexcept
+{
+    for (int s : validation_statuses)
+        if (s == http_status)
+            return true;
+    return false;
+}
 
 // Problems a client answers instead of running the handler.
 enum class problem

@@ -17,8 +17,11 @@
 //     an empty, repeated, over-255-byte, NUL or non-UTF-8 key: 400;
 //   * the first request claims the key and runs the handler while a thread
 //     renews the lease; no transaction is open while the handler runs.
-//     2xx/400/404/409/422 are stored and replayed to later requests, 401/403
+//     2xx/404/409 are stored and replayed to later requests, 401/403
 //     and 3xx are not stored, 5xx/408/429 put the key in a short cooldown;
+//     a validation failure, 400/422, is not stored either (the corrected
+//     request with the same key runs), or is stored and replayed with
+//     config::builder::client_errors(idem::client_errors::store);
 //   * concurrent requests with the same key wait (up to the wait budget) and
 //     get the stored response with `Idempotent-Replayed: true`, or a
 //     retryable answer with Retry-After;
@@ -130,7 +133,8 @@ public:
     // in one transaction on a second connection, fenced by the claim. A
     // serialization failure or deadlock re-runs h in a new transaction (up to
     // config::transaction_attempts); a 5xx/408/429 response rolls h's writes
-    // back. Errors h raises propagate after the key is put in cooldown;
+    // back, one that releases the key (401/403/3xx, and 400/422 unless
+    // client_errors::store) commits them. Errors h raises propagate after the key is put in cooldown;
     // an error of the finalize or the COMMIT after h returned (or a
     // connection lost then) is answered 503 outcome-unknown, nothing of h
     // committed and the key left pending to its lease (h is not run again).
