@@ -29,7 +29,7 @@ SHLIB_LINK  = -Wl,--version-script=$(srcdir)/extension/exports.map
 # tests/t/050_upgrade.pl checks that every path ends where a fresh install
 # does.
 MODULEDIR   = extension
-PREVIOUS    = 0.4.0
+PREVIOUS    = 0.5.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
 DATA        = extension/$(EXT).control $(wildcard extension/releases/$(EXT)--*.sql)
 DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADE)

@@ -15,7 +15,7 @@ from ._checks import ErrorReport, StoreMisconfigured
 from ._engine import ClaimContext, Request, RunResult
 from .runner import RetryRequest, Runner, SimplePool
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 __all__ = [
     "Config", "ConfigError", "RetryRequest", "IETF", "SEED", "Runner", "SimplePool", "Request", "Response",

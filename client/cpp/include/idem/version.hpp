@@ -12,7 +12,7 @@
 
 namespace idem {
 
-inline constexpr std::string_view client_version = "0.5.0";
+inline constexpr std::string_view client_version = "0.6.0";
 // The protocol's, the same for the three clients (protocol.toml says why
 // it is that one).
 inline constexpr std::string_view oldest_extension = protocol::oldest_extension;

@@ -1,4 +1,4 @@
--- 0.4.0 -> 0.5.0, one file per concern (assembled in name order).  Every
+-- 0.5.0 -> 0.6.0, one file per concern (assembled in name order).  Every
 -- name is schema-qualified (@extschema@, pg_catalog) and every operator in
 -- an expression run by the script is OPERATOR(pg_catalog.op): the script
 -- runs as a superuser in a schema other roles may create objects in.
