@@ -95,6 +95,10 @@ SELECT idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'), '1 
 	my $named_scopes = $node->safe_psql($db,
 		"SELECT count(*) FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
 		    AND attname = 'scope' AND atttypid = 'text'::regtype");
+	# Scopes by role OID already (0.5.0 on): the rows keep the scope they have.
+	my $oid_scopes = $node->safe_psql($db,
+		"SELECT count(*) FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
+		    AND attname = 'scope' AND atttypid = 'regrole'::regtype");
 	my $role_prefix = $db;
 	if ($named_scopes)
 	{
@@ -178,6 +182,13 @@ SELECT outcome FROM idem_lookup(idem_key('u', 'POST', '/up', 'role'), sha256('bo
 				"SELECT has_column_privilege('${role_prefix}_live', 'idem_outbox', 'state', 'SELECT')
 				        AND NOT has_column_privilege('${role_prefix}_live', 'idem_outbox', 'payload', 'SELECT')"),
 			't', "$version: the column grant on idem_outbox survived its re-creation");
+	}
+	elsif ($oid_scopes)
+	{
+		is( $node->safe_psql(
+				$db,
+				"SELECT count(*) FILTER (WHERE scope = current_user::regrole) || '/' || count(*) FROM idem_keys"),
+			'4/4', "$version: rows keep their role's scope");
 	}
 	else
 	{
