@@ -144,8 +144,8 @@ static IdemStatement mark_done = {
 static IdemStatement revive_message = {
 	"UPDATE @extschema@.idem_inbox"
 	" SET state = 'failed', error_count = 0, dead_at = NULL, retry_at = NULL"
-	" WHERE inbox_key = $1 AND scope = $2 AND state = 'dead'",
-	2, {BYTEAOID, OIDOID}
+	" WHERE inbox_key = $1 AND state = 'dead'",
+	1, {BYTEAOID}
 };
 
 #define PRUNABLE(alias) \
@@ -660,9 +660,10 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_inbox_retry(consumer, message_id): revive a dead message of the
- * caller's scope on purpose, with a fresh count of attempts; false if it
- * is not dead.
+ * idem_inbox_retry(consumer, message_id): revive a dead message on
+ * purpose, with a fresh count of attempts, in every scope (an
+ * administrator's function: idem_admin revives any role's message); false
+ * if none is dead.
  */
 Datum
 idem_inbox_retry(PG_FUNCTION_ARGS)
@@ -671,19 +672,16 @@ idem_inbox_retry(PG_FUNCTION_ARGS)
 	text	   *consumer;
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
-	Oid			caller_scope = idem_current_scope(namespace);
-	Datum		values[2];
+	Datum		values[1];
 	int			n;
 
-	require_scoped_schema(namespace);
-	SPI_connect();
 	values[0] = PointerGetDatum(key);
-	values[1] = message_scope(namespace, key, caller_scope);
-	n = idem_execute(&revive_message, namespace, values, NULL, false, 1);
+	SPI_connect();
+	n = idem_execute(&revive_message, namespace, values, NULL, false, 0);
 	SPI_finish();
-	if (n == 1)
-		idem_count(IDEM_STAT_INBOX_REVIVED, 1);
-	PG_RETURN_BOOL(n == 1);
+	if (n > 0)
+		idem_count(IDEM_STAT_INBOX_REVIVED, n);
+	PG_RETURN_BOOL(n > 0);
 }
 
 /*
