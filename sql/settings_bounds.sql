@@ -53,7 +53,7 @@ SELECT * FROM pg_temp.fail_times('m-base-1d', 40, 1000);
 -- Dead exactly at the cap: 30 runs, not 34.
 CALL pg_temp.fail_n('m-cap-30', 40, 30);
 SELECT * FROM pg_temp.fail_times('m-cap-30', 40, 30);
-SELECT pg_temp.err($$SELECT idem_inbox_begin('sb', 'm-cap-30', sha256('p'), 30)$$) AS after_the_cap;
+SELECT idem_inbox_begin('sb', 'm-cap-30', sha256('p'), 30) AS after_the_cap;
 SELECT state, error_count FROM idem_inbox WHERE consumer = 'sb' ORDER BY message_id;
 
 -- Base and cap at the bottom, then the base at its top under a small cap.
