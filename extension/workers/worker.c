@@ -197,10 +197,11 @@ run_job(const CleanupJob *job)
 /*
  * Record the inbox failures sessions handed over in this database
  * (inbox_cap.c), each in a transaction of its own.  Not inlined, for the
- * reason run_job gives.
+ * reason run_job gives; what is left after an error stays handed over for
+ * the next pass.
  */
 static pg_noinline void
-record_handed_over(void)
+record_some_handed_over(void)
 {
 	int			i;
 
@@ -225,6 +226,24 @@ record_handed_over(void)
 	}
 }
 
+/* The above, reported and left for the next pass if it fails. */
+static pg_noinline void
+record_handed_over(void)
+{
+	PG_TRY();
+	{
+		record_some_handed_over();
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+}
+
 /* Entry point of a cleanup worker: one pass in one database, then exit. */
 void
 idem_cleanup_worker_main(Datum main_arg)
@@ -240,19 +259,7 @@ idem_cleanup_worker_main(Datum main_arg)
 
 	job_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup job",
 										ALLOCSET_DEFAULT_SIZES);
-	PG_TRY();
-	{
-		record_handed_over();
-	}
-	PG_CATCH();
-	{
-		/* Report and go on: what is left stays handed over for the next pass. */
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		pgstat_report_activity(STATE_IDLE, NULL);
-	}
-	PG_END_TRY();
+	record_handed_over();
 	for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(job_context);
