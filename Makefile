@@ -13,8 +13,9 @@ EXT         = pg_idem
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" extension/$(EXT).control)
 
 MODULE_big  = $(EXT)
-# One folder per concern (docs/design.md has the file map); every .c in them is built.
-OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*/*.c)))
+# One folder per concern (docs/design.md has the file map) and module.c above
+# them (_PG_init); every .c is built.
+OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*.c extension/*/*.c)))
 PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS   = -Werror=implicit-function-declaration
 # Only idem_* and what PostgreSQL looks up are exported (exports.map).

@@ -12,6 +12,16 @@ status is the number of failed checks.
   includes   no circle of #includes between the extension's files
   calls      no circle of calls between the extension's .c files (file A
              calls a function of file B and B one of A's)
+  layers     the extension's folders, by what their files include and
+             call: core/ depends on no other folder, no circle between
+             folders, and module.c (_PG_init, the only file above the
+             folders) is included and called by none
+  functions  no function of the extension's C over 150 lines
+  paths      no file of the repository names a repository path that does
+             not exist, nor a file kept outside it (the shared STYLE.md,
+             SCENARIOS.md, seeds/): a test states its scenario itself
+  filemap    docs/design.md's maps of extension/ and tests/ name only what
+             exists, and every C file of extension/
   exports    (with --so) the library exports only idem_* symbols and the
              two PostgreSQL looks up
 """
@@ -24,6 +34,7 @@ import sys
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 EXT = os.path.join(ROOT, "extension")
 MAX_LINES = 800
+MAX_FUNCTION_LINES = 150
 
 results = []
 
@@ -120,17 +131,22 @@ def find_cycle(graph):
     return None
 
 
-def check_includes():
+def include_graph():
+    """{file: the extension's headers it includes}, paths from the root."""
     graph = {}
     for f in c_files():
         with open(f, encoding="utf-8") as fh:
             incs = re.findall(r'^#include "([a-z_]+/[a-z_]+\.h)"', fh.read(), re.M)
         graph[rel(f)] = {"extension/" + i for i in incs if os.path.exists(os.path.join(EXT, i))}
-    cycle = find_cycle(graph)
+    return graph
+
+
+def check_includes():
+    cycle = find_cycle(include_graph())
     report("includes", ["circle: " + " -> ".join(cycle)] if cycle else [])
 
 
-def check_calls():
+def call_graph():
     """File-level call graph from function definitions and calls."""
     defined = {}
     bodies = {}
@@ -153,8 +169,64 @@ def check_calls():
             g = defined.get(name)
             if g and g != f:
                 graph[f].add(g)
-    cycle = find_cycle(graph)
+    return graph
+
+
+def check_calls():
+    cycle = find_cycle(call_graph())
     report("calls", ["circle: " + " -> ".join(cycle)] if cycle else [])
+
+
+def folder_of(path):
+    """extension/keys/claim.c -> keys; extension/module.c -> '' (the top)."""
+    parts = path.split("/")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def check_layers():
+    bad = []
+    folders = {}
+    for graph, how in ((include_graph(), "includes"), (call_graph(), "calls")):
+        for f, targets in graph.items():
+            for t in targets:
+                a, b = folder_of(f), folder_of(t)
+                if b == "":
+                    bad.append("%s %s %s: nothing depends on the module's init" % (f, how, t))
+                elif a == "core" and b != "core":
+                    bad.append("%s %s %s: core/ depends on no other folder" % (f, how, t))
+                if a and b and a != b:
+                    folders.setdefault(a, set()).add(b)
+                    folders.setdefault(b, set())
+    tops = sorted(rel(f) for f in c_files() if folder_of(rel(f)) == "")
+    if tops != ["extension/module.c"]:
+        bad.append("files above the folders: %s (only extension/module.c)" % ", ".join(tops))
+    cycle = find_cycle(folders)
+    if cycle:
+        bad.append("circle of folders: " + " -> ".join(cycle))
+    report("layers", bad)
+
+
+def check_functions():
+    """PostgreSQL style: the name at the start of a line, the body's braces alone on theirs."""
+    bad = []
+    for f in c_files():
+        if not f.endswith(".c"):
+            continue
+        with open(f, encoding="utf-8") as fh:
+            lines = fh.read().split("\n")
+        i = 0
+        while i < len(lines):
+            m = re.match(r"([A-Za-z_]\w*)\(", lines[i])
+            j = i
+            while m and j < len(lines) and lines[j] != "{" and not lines[j].endswith(";"):
+                j += 1
+            if m and j < len(lines) and lines[j] == "{":
+                k = lines.index("}", j)
+                if k - i + 1 > MAX_FUNCTION_LINES:
+                    bad.append("%s: %s has %d lines" % (rel(f), m.group(1), k - i + 1))
+                i = k
+            i += 1
+    report("functions", bad)
 
 
 def check_exports(so):
@@ -173,6 +245,8 @@ def main():
     check_guards()
     check_includes()
     check_calls()
+    check_layers()
+    check_functions()
     if "--so" in sys.argv:
         check_exports(sys.argv[sys.argv.index("--so") + 1])
     return results.count(False)
