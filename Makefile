@@ -16,7 +16,7 @@ MODULE_big  = $(EXT)
 # One folder per concern (docs/design.md has the file map) and module.c above
 # them (_PG_init); every .c is built.
 OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*.c extension/*/*.c)))
-PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\"
+PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\" -DIDEM_PREVIOUS_VERSION=\"$(PREVIOUS)\"
 PG_CFLAGS   = -Werror=implicit-function-declaration
 # Only idem_* and what PostgreSQL looks up are exported (exports.map).
 SHLIB_LINK  = -Wl,--version-script=$(srcdir)/extension/exports.map

@@ -466,7 +466,7 @@ idem_attempt_open(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	open_kind(&req);
-	req.request[3] = ObjectIdGetDatum(idem_current_scope(req.namespace));
+	req.request[3] = ObjectIdGetDatum(idem_current_scope());
 	for (attempt = 0; attempt < OPEN_MAX_ATTEMPTS && !decided; attempt++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -508,7 +508,7 @@ idem_attempt_current(PG_FUNCTION_ARGS)
 	idem_require_arg(fcinfo, 1, "target");
 	SPI_connect();
 	found = current_attempt(namespace, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-							ObjectIdGetDatum(idem_current_scope(namespace)), &current);
+							ObjectIdGetDatum(idem_current_scope()), &current);
 	if (found)
 		current = SPI_datumTransfer(current, false, UUID_LEN);
 	SPI_finish();

@@ -223,7 +223,7 @@ require_own(Oid namespace, Datum attempt_id)
 	Datum		values[2];
 
 	values[0] = attempt_id;
-	values[1] = ObjectIdGetDatum(idem_current_scope(namespace));
+	values[1] = ObjectIdGetDatum(idem_current_scope());
 	if (idem_execute(&select_own, namespace, values, NULL, false, 1) == 0)
 		report_no_attempt(attempt_id);
 }
