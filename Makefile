@@ -22,13 +22,13 @@ PG_CFLAGS   = -Werror=implicit-function-declaration
 SHLIB_LINK  = -Wl,--version-script=$(srcdir)/extension/exports.map
 
 # The install script of the current version is assembled from one file per
-# concern (extension/install/NN_*.sql, in name order).  Install and upgrade
-# scripts of released versions are frozen in extension/releases/ (never
-# edited).
-# The upgrade script to the current version is assembled from
-# extension/upgrades/<previous>--<current>/NN_*.sql, one file per concern;
-# tests/t/050_upgrade.pl checks that every path ends where a fresh install
-# does.
+# concern (extension/install/NN_*.sql, in name order), and the upgrade
+# script to it from extension/upgrades/<previous>--<current>/NN_*.sql.
+# extension/releases/ keeps, frozen, the install script of the oldest
+# version an upgrade starts from and every release step's upgrade script
+# since (docs/design.md, Versions and upgrades); tests/t/050_upgrade.pl
+# checks that every path ends where a fresh install does.  The library
+# serves the previous release's tables until the update (core/schema.c).
 MODULEDIR   = extension
 PREVIOUS    = 0.5.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql

@@ -18,8 +18,9 @@ status is the number of failed checks.
              folders) is included and called by none
   functions  no function of the extension's C over 150 lines
   paths      no file of the repository names a repository path that does
-             not exist, nor a file kept outside it (the shared STYLE.md,
-             SCENARIOS.md, seeds/): a test states its scenario itself
+             not exist, nor a file kept outside the repository (the style
+             guide, scenario list and seeds shared beside it): a test
+             states its scenario itself
   filemap    docs/design.md's maps of extension/ and tests/ name only what
              exists, and every C file of extension/
   exports    (with --so) the library exports only idem_* symbols and the
@@ -239,6 +240,114 @@ def check_exports(so):
     report("exports", ["%d symbols without the idem_ prefix: %s" % (len(bad), " ".join(bad[:15]))] if bad else [])
 
 
+# Where a path may be named that is not the repository's: the frozen
+# release scripts (their headers name the build of their day), and build
+# output.
+PATHS_SKIP_DIRS = ("extension/releases/",)
+WALK_SKIP = ("node_modules", "build", "__pycache__", ".git", "results", "output_iso", "tmp_check", "log")
+PATH_EXTENSIONS = {"c", "h", "cpp", "hpp", "py", "js", "pl", "pm", "sh", "sql", "spec", "out", "md", "toml",
+                   "json", "txt", "conf", "control", "map", "cmake", "yml", "yaml", "mjs", "ts", "in"}
+# Files every developer has beside the repository, never in it: a tracked
+# file that cites one cites something a reader of the repository lacks.
+SHARED_FILES = re.compile(r"\b(?:STYLE|SCENARIOS)(?:\.md\b|\s+#?\d)|\bseeds/\d+|\.\./shared/")
+
+
+def repository_files():
+    """The tracked files (git ls-files), or every file of a copy without .git."""
+    if os.path.exists(os.path.join(ROOT, ".git")):
+        out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True, text=True, check=True)
+        return [f for f in out.stdout.split("\0") if f]
+    found = []
+    for d, dirs, names in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if x not in WALK_SKIP]
+        found += [rel(os.path.join(d, n)) for n in names]
+    return found
+
+
+def check_paths():
+    """Paths that start with a top folder of the repository and name a file
+    of a kind the repository holds (or end with '/'): each must exist,
+    from the root or from the naming file's folder.  Globs, templates and
+    placeholders (NN_name.sql, foo.sql) are not paths."""
+    bad = []
+    names = repository_files()
+    tops = sorted({n.split("/")[0] for n in names if "/" in n and not n.startswith(".git/")})
+    pattern = re.compile(r"(?<![\w./-])((?:\.\./)*(?:%s)/[\w.+-]*(?:/[\w.+-]+)*/?)" % "|".join(map(re.escape, tops)))
+    for name in names:
+        if name.startswith(PATHS_SKIP_DIRS):
+            continue
+        try:
+            with open(os.path.join(ROOT, name), encoding="utf-8") as fh:
+                text = fh.read()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        for m in SHARED_FILES.finditer(text):
+            bad.append("%s:%d names %r, which is not in the repository"
+                       % (name, text.count("\n", 0, m.start()) + 1, m.group(0).strip()))
+        for m in pattern.finditer(text):
+            path = m.group(1).rstrip(".,:;")
+            after = text[m.end():m.end() + 1]
+            if after and after in "*<${[%…":
+                continue
+            parts = path.rstrip("/").split("/")
+            if any(re.search(r"NN|NAME|XXXX|^foo\b", p) for p in parts):
+                continue
+            if not path.endswith("/") and parts[-1].rsplit(".", 1)[-1] not in PATH_EXTENSIONS:
+                continue
+            if "." not in parts[-1] and not path.endswith("/"):
+                continue
+            here = os.path.dirname(os.path.join(ROOT, name))
+            if not (os.path.exists(os.path.join(ROOT, path)) or os.path.exists(os.path.join(here, path))):
+                bad.append("%s:%d names %s, which does not exist"
+                           % (name, text.count("\n", 0, m.start()) + 1, path))
+    report("paths", bad)
+
+
+def design_map(heading):
+    """The names of the text block under a heading of docs/design.md, as
+    paths from the folder the heading names: a line at the left is a
+    folder (name/) or a file; a line indented by two spaces lists files of
+    the folder above (a, b.c/.h: b.c and b.h); deeper lines continue a
+    description."""
+    with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    m = re.search(r"^### %s\n.*?^```text\n(.*?)^```" % re.escape(heading), text, re.M | re.S)
+    if not m:
+        return None
+    paths, folder = [], ""
+    for line in m.group(1).splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip() or indent > 2:
+            continue
+        for name in re.split(r"\s{2,}", line.strip())[0].split(", "):
+            if indent == 0:
+                folder = name if name.endswith("/") else ""
+                paths.append(name)
+            elif name.endswith(".c/.h"):
+                paths += [folder + name[:-3], folder + name[:-4] + "h"]
+            else:
+                paths.append(folder + name)
+    return paths
+
+
+def check_filemap():
+    bad = []
+    for top in ("extension/", "tests/"):
+        names = design_map(top)
+        if names is None:
+            bad.append("docs/design.md has no ### %s map" % top)
+            continue
+        for name in names:
+            if not os.path.exists(os.path.join(ROOT, top, name)):
+                bad.append("the %s map names %s, which does not exist" % (top, top + name))
+        if top == "extension/":
+            named = {top + n for n in names}
+            for f in c_files() + [os.path.join(EXT, "module.c")]:
+                if rel(f) not in named:
+                    bad.append("%s is not in the extension/ map" % rel(f))
+    report("filemap", sorted(set(bad)))
+
+
 def main():
     check_protocol()
     check_sizes()
@@ -247,6 +356,8 @@ def main():
     check_calls()
     check_layers()
     check_functions()
+    check_paths()
+    check_filemap()
     if "--so" in sys.argv:
         check_exports(sys.argv[sys.argv.index("--so") + 1])
     return results.count(False)

@@ -251,5 +251,17 @@ SELECT count(*) FROM idem_outbox_claim(10, '1 minute');
 		"$version: the upgraded catalog equals a fresh install of $current");
 }
 
+# A version older than the oldest an upgrade starts from has no update
+# path in this package: ALTER EXTENSION UPDATE says so and changes nothing
+# (docs/guides/upgrading.md: such a database steps through the release
+# that still upgrades it).  No such version installs any more: one is
+# stamped by hand.
+$node->safe_psql('postgres', 'CREATE DATABASE unsupported');
+$node->safe_psql('unsupported', q{CREATE EXTENSION pg_idem;
+UPDATE pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_idem'});
+my ($rc, $out, $err) = $node->psql('unsupported', 'ALTER EXTENSION pg_idem UPDATE');
+like($err, qr/ERROR:  extension "pg_idem" has no update path from version "0\.2\.0" to version "\Q$current\E"/,
+	"a version before $old[0]: no update path, said so");
+
 $node->stop;
 done_testing();
