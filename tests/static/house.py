@@ -23,6 +23,8 @@ status is the number of failed checks.
              states its scenario itself
   filemap    docs/design.md's maps of extension/ and tests/ name only what
              exists, and every C file of extension/
+  self-test  layers and functions fail on the faults they are for (a
+             _PG_init in core/, a function over the limit)
   exports    (with --so) the library exports only idem_* symbols and the
              two PostgreSQL looks up
 """
@@ -184,10 +186,12 @@ def folder_of(path):
     return parts[1] if len(parts) > 2 else ""
 
 
-def check_layers():
+def layer_problems(includes, calls, sources):
+    """What is wrong with the folders of the extension, given its include
+    and call graphs ({file: files}) and its C files."""
     bad = []
     folders = {}
-    for graph, how in ((include_graph(), "includes"), (call_graph(), "calls")):
+    for graph, how in ((includes, "includes"), (calls, "calls")):
         for f, targets in graph.items():
             for t in targets:
                 a, b = folder_of(f), folder_of(t)
@@ -198,35 +202,45 @@ def check_layers():
                 if a and b and a != b:
                     folders.setdefault(a, set()).add(b)
                     folders.setdefault(b, set())
-    tops = sorted(rel(f) for f in c_files() if folder_of(rel(f)) == "")
+    tops = sorted(f for f in sources if folder_of(f) == "")
     if tops != ["extension/module.c"]:
         bad.append("files above the folders: %s (only extension/module.c)" % ", ".join(tops))
     cycle = find_cycle(folders)
     if cycle:
         bad.append("circle of folders: " + " -> ".join(cycle))
-    report("layers", bad)
+    return bad
+
+
+def check_layers():
+    report("layers", layer_problems(include_graph(), call_graph(), [rel(f) for f in c_files()]))
+
+
+def long_functions(name, text):
+    """Functions over MAX_FUNCTION_LINES in one C file, PostgreSQL style:
+    the name at the start of a line, the body's braces alone on theirs."""
+    bad = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = re.match(r"([A-Za-z_]\w*)\(", lines[i])
+        j = i
+        while m and j < len(lines) and lines[j] != "{" and not lines[j].endswith(";"):
+            j += 1
+        if m and j < len(lines) and lines[j] == "{":
+            k = lines.index("}", j)
+            if k - i + 1 > MAX_FUNCTION_LINES:
+                bad.append("%s: %s has %d lines" % (name, m.group(1), k - i + 1))
+            i = k
+        i += 1
+    return bad
 
 
 def check_functions():
-    """PostgreSQL style: the name at the start of a line, the body's braces alone on theirs."""
     bad = []
     for f in c_files():
-        if not f.endswith(".c"):
-            continue
-        with open(f, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-        i = 0
-        while i < len(lines):
-            m = re.match(r"([A-Za-z_]\w*)\(", lines[i])
-            j = i
-            while m and j < len(lines) and lines[j] != "{" and not lines[j].endswith(";"):
-                j += 1
-            if m and j < len(lines) and lines[j] == "{":
-                k = lines.index("}", j)
-                if k - i + 1 > MAX_FUNCTION_LINES:
-                    bad.append("%s: %s has %d lines" % (rel(f), m.group(1), k - i + 1))
-                i = k
-            i += 1
+        if f.endswith(".c"):
+            with open(f, encoding="utf-8") as fh:
+                bad += long_functions(rel(f), fh.read())
     report("functions", bad)
 
 
@@ -348,6 +362,34 @@ def check_filemap():
     report("filemap", sorted(set(bad)))
 
 
+def check_self_test():
+    """Each check above fails on the fault it is there for (the old seams
+    among them), and passes without it."""
+    bad = []
+    top = ["extension/module.c", "extension/core/stats.c", "extension/inbox/inbox_cap.c"]
+    in_core = "extension/core/" + "module.c"    # where 0.5.0 had it
+    seam = layer_problems({in_core: {"extension/inbox/inbox.h"},
+                           "extension/inbox/inbox_cap.c": {"extension/core/stats.h"}}, {},
+                          [in_core, "extension/core/stats.c", "extension/inbox/inbox_cap.c"])
+    if not any("core/ depends on no other folder" in p for p in seam) or \
+            not any("circle of folders" in p for p in seam) or \
+            not any("files above the folders" in p for p in seam):
+        bad.append("layers misses _PG_init in core/: %s" % seam)
+    if layer_problems({"extension/module.c": {"extension/inbox/inbox.h"},
+                       "extension/inbox/inbox_cap.c": {"extension/core/stats.h"}}, {}, top):
+        bad.append("layers refuses module.c above the folders")
+    if not layer_problems({}, {"extension/core/statements.c": {"extension/keys/claim.c"}}, top):
+        bad.append("layers misses a call from core/ into a part")
+    body = "static int\nf(void)\n{\n%s}\n"
+    if not long_functions("x.c", body % ("\tx++;\n" * (MAX_FUNCTION_LINES - 2))):
+        bad.append("functions misses a function of %d lines" % (MAX_FUNCTION_LINES + 1))
+    if long_functions("x.c", body % ("\tx++;\n" * (MAX_FUNCTION_LINES - 3))):
+        bad.append("functions refuses a function of %d lines" % MAX_FUNCTION_LINES)
+    if find_cycle({"a": {"b"}, "b": {"a"}}) is None or find_cycle({"a": {"b"}, "b": set()}):
+        bad.append("find_cycle")
+    report("self-test", bad)
+
+
 def main():
     check_protocol()
     check_sizes()
@@ -358,6 +400,7 @@ def main():
     check_functions()
     check_paths()
     check_filemap()
+    check_self_test()
     if "--so" in sys.argv:
         check_exports(sys.argv[sys.argv.index("--so") + 1])
     return results.count(False)
