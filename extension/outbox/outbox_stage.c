@@ -159,9 +159,7 @@ stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, tex
 	direct_set(queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
 	direct_set(queue, QUEUE_AVAILABLE_AT,
 			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
-	direct_set(queue, QUEUE_SCOPE,
-			   idem_scope_value(scope, direct_column_type(queue, QUEUE_SCOPE)),
-			   false);
+	direct_set(queue, QUEUE_SCOPE, ObjectIdGetDatum(scope), false);
 	/* Opened as an inserter, the table cannot have changed shape since. */
 	if (direct_insert(queue, false, &tid) != DIRECT_WRITTEN)
 		ereport(ERROR,
@@ -209,7 +207,7 @@ idem_outbox_stage_event(Oid namespace, text *topic, Jsonb *payload, text *key,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", topic == NULL ? "topic" : "payload"),
 				 errdetail("An outbox event needs a topic and a payload.")));
-	return insert_event(namespace, idem_current_scope(namespace), topic, JsonbPGetDatum(payload), true, key,
+	return insert_event(namespace, idem_current_scope(), topic, JsonbPGetDatum(payload), true, key,
 						headers, delay);
 }
 
@@ -233,7 +231,7 @@ stage_common(FunctionCallInfo fcinfo, bool json_payload)
 	headers = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
 	PG_RETURN_INT64(insert_event(idem_function_namespace(fcinfo),
-								 idem_current_scope(idem_function_namespace(fcinfo)), topic,
+								 idem_current_scope(), topic,
 								 PG_GETARG_DATUM(1), json_payload,
 								 key, headers, delay));
 }
@@ -352,7 +350,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 			if (!header_nulls[i])
 				check_headers(DatumGetJsonbP(headers[i]));
 	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
-	scope = idem_current_scope(namespace);
+	scope = idem_current_scope();
 
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
 	tupdesc = CreateTemplateTupleDesc(1);
