@@ -168,6 +168,9 @@ finish_workdir() {
 copy_tree() {
     mkdir -p "$WORK/src"
     (cd "$1" && tar --exclude=./.git --exclude=./build -cf - .) | (cd "$WORK/src" && tar -xf -)
+    # The tracked files, for the house rules: the copy has no .git, and the
+    # suites add build output to it (an egg-info, generated scripts).
+    git -C "$1" ls-files -z >"$WORK/src/.tracked-files" 2>/dev/null || rm -f "$WORK/src/.tracked-files"
     [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/src"
     true
 }

@@ -258,7 +258,8 @@ def check_exports(so):
 # release scripts (their headers name the build of their day), and build
 # output.
 PATHS_SKIP_DIRS = ("extension/releases/",)
-WALK_SKIP = ("node_modules", "build", "__pycache__", ".git", "results", "output_iso", "tmp_check", "log")
+WALK_SKIP = ("node_modules", "build", "__pycache__", ".git", "results", "output_iso", "tmp_check", "log",
+             "pg_idem.egg-info", "dist")
 PATH_EXTENSIONS = {"c", "h", "cpp", "hpp", "py", "js", "pl", "pm", "sh", "sql", "spec", "out", "md", "toml",
                    "json", "txt", "conf", "control", "map", "cmake", "yml", "yaml", "mjs", "ts", "in"}
 # Files every developer has beside the repository, never in it: a tracked
@@ -267,10 +268,15 @@ SHARED_FILES = re.compile(r"\b(?:STYLE|SCENARIOS)(?:\.md\b|\s+#?\d)|\bseeds/\d+|
 
 
 def repository_files():
-    """The tracked files (git ls-files), or every file of a copy without .git."""
+    """The tracked files (git ls-files, or the list the test harness wrote
+    beside its copy of the tree), or every file of a copy without either."""
     if os.path.exists(os.path.join(ROOT, ".git")):
         out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True, text=True, check=True)
         return [f for f in out.stdout.split("\0") if f]
+    listed = os.path.join(ROOT, ".tracked-files")
+    if os.path.exists(listed):
+        with open(listed, encoding="utf-8") as fh:
+            return [f for f in fh.read().split("\0") if f and os.path.exists(os.path.join(ROOT, f))]
     found = []
     for d, dirs, names in os.walk(ROOT):
         dirs[:] = [x for x in dirs if x not in WALK_SKIP]
