@@ -14,6 +14,7 @@ import threading
 
 import psycopg
 
+from . import _pool
 # The oldest extension this client runs against: the protocol's, the same
 # for the three clients (protocol.toml says why it is that one).
 from .protocol import OLDEST_EXTENSION
@@ -145,6 +146,8 @@ def explain(error):
     state = getattr(error, "sqlstate", None)
     if fix:
         return state, fix
+    if _pool.is_pool_exhausted(error):  # an OperationalError, but the server was never asked
+        return None, _pool.explain(error)
     if state in FIXES:
         return state, FIXES[state]
     if state and state.startswith("08") or isinstance(error, psycopg.OperationalError):
@@ -184,8 +187,9 @@ class Reporter:
             if first and len(self._seen) < self.MAX_CAUSES:
                 self._seen.add(cause)
         if first:
-            log.error("pg_idem: store error%s: %s -- fix: %s", " (SQLSTATE %s)" % state if state else "",
-                      first_line, fix)
+            log.error("pg_idem: %s%s: %s -- fix: %s",
+                      "connection pool exhausted" if _pool.is_pool_exhausted(error) else "store error",
+                      " (SQLSTATE %s)" % state if state else "", first_line, fix)
         if self.on_error is not None:
             try:
                 self.on_error(ErrorReport(error, request, state, fix, first))

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <string_view>
 
@@ -15,10 +16,10 @@ enum class outcome
     replay,  // a stored response was replayed
     conflict,  // the key was used with another request, or its response is not replayable
     timeout,  // still in progress when the wait budget ran out
-    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, or an outcome that could not be settled
+    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, an exhausted connection pool, or an outcome that could not be settled
     completed_uncacheable,  // ran; the response was over the cap and stored as not replayable
     unguarded,  // no key: ran without idempotency
-    rejected,  // an invalid or missing key, or a request over the cap
+    rejected,  // an invalid or missing key, a guarded request without a principal, or a request over the cap
     expired,  // the key finished longer ago than idem.ttl and is not run again
 };
 
@@ -62,6 +63,20 @@ inline constexpr std::string_view oldest_extension = "0.3.0";
 // config::client_errors() is client_errors::store.
 inline constexpr std::array<int, 2> validation_statuses = {{400, 422}};
 
+// A guarded request without a principal: refused with this problem
+// (protocol.toml [client.missing_principal]).
+inline constexpr std::string_view missing_principal_problem = "principal_missing";
+// An exhausted connection pool (protocol.toml [client.pool]): the
+// wait of a bounded simple_pool, the fix every log line names.
+inline constexpr std::chrono::milliseconds pool_wait{5000};
+inline constexpr std::string_view pool_exhausted_fix = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner";
+// The share of a bounded pool waiting duplicates may hold at once.
+inline constexpr double pool_duplicates_share = 0.5;
+// How long runner::check() waits for a server that does not answer
+// yet, and the SQLSTATEs it waits through (protocol.toml [client.startup]).
+inline constexpr std::chrono::milliseconds startup_wait{10000};
+inline constexpr std::array<std::string_view, 2> startup_retry_sqlstates = {{"57P03", "53300"}};
+
 inline constexpr bool is_validation_status(int http_status) noexcept
 {
     for (int s : validation_statuses)
@@ -82,6 +97,8 @@ enum class problem
     expired,
     request_too_large,
     store_unavailable,
+    pool_exhausted,
+    principal_missing,
     outcome_unknown,
 };
 
@@ -94,7 +111,7 @@ struct problem_info
     bool retry_after;
 };
 
-inline constexpr std::array<problem_info, 10> problems = {{
+inline constexpr std::array<problem_info, 12> problems = {{
     {"idempotency-key-missing", "Idempotency-Key header is missing", "{key_status}", {400, 400}, false},
     {"idempotency-key-invalid", "Idempotency-Key header is invalid", "{key_status}", {400, 400}, false},
     {"idempotency-key-reused", "Idempotency-Key is already used for a different request", "This key was used with another request body. Use a new key for a new request.", {422, 409}, false},
@@ -104,6 +121,8 @@ inline constexpr std::array<problem_info, 10> problems = {{
     {"idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", {410, 409}, false},
     {"request-too-large", "Request body too large", "The request body is over {limit} bytes.", {413, 413}, false},
     {"idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"connection-pool-exhausted", "The service's connection pool is exhausted", "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"principal-missing", "The request has no authenticated principal", "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", {401, 401}, false},
     {"outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", {503, 503}, true},
 }};
 
