@@ -19,6 +19,8 @@ import struct
 import sys
 import tomllib
 
+import limits
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SOURCE = "extension/protocol/protocol.toml"
@@ -90,23 +92,7 @@ def validate_client(p):
     for s in p["client"]["validation_statuses"]:
         if classify_status(p, s) != "finalize":
             fail("client.validation_statuses: %d is not finalized by the storage rules" % s)
-    problems = {x["name"]: x for x in p["problem"]}
-    results = {x["name"] for x in p["client_outcome"]}
-    for part in ("missing_principal", "pool"):
-        entry = p["client"][part]
-        if entry["problem"] not in problems or entry["result"] not in results:
-            fail("client.%s needs a known problem and result" % part)
-    if not problems[p["client"]["pool"]["problem"]]["retry_after"]:
-        fail("client.pool: an exhausted pool is retryable (Retry-After)")
-    if not 0 < p["client"]["pool"]["duplicates_share"] <= 1:
-        fail("client.pool.duplicates_share is a share of the pool, in (0, 1]")
-    for name in ("pool", "startup"):
-        if not (isinstance(p["client"][name]["wait_ms"], int) and p["client"][name]["wait_ms"] > 0):
-            fail("client.%s.wait_ms must be a positive number of milliseconds" % name)
-    answers = results | {p["client"]["missing_principal"]["problem"]}
-    for v in p["principal_vector"]:
-        if v["answer"] not in answers:
-            fail("principal vector %r: answer %s" % (v, v["answer"]))
+    limits.validate(p, fail)
 
 
 def split_state(s):
@@ -353,23 +339,7 @@ def gen_cpp(p):
           "inline constexpr std::array<int, %d> validation_statuses = {{%s}};" % (
               len(p["client"]["validation_statuses"]),
               ", ".join(str(s) for s in p["client"]["validation_statuses"])),
-          "",
-          "// A guarded request without a principal: refused with this problem",
-          "// (protocol.toml [client.missing_principal]).",
-          "inline constexpr std::string_view missing_principal_problem = %s;" % c_string(
-              p["client"]["missing_principal"]["problem"]),
-          "// An exhausted connection pool (protocol.toml [client.pool]): the",
-          "// wait of a bounded simple_pool, the fix every log line names.",
-          "inline constexpr std::chrono::milliseconds pool_wait{%d};" % p["client"]["pool"]["wait_ms"],
-          "inline constexpr std::string_view pool_exhausted_fix = %s;" % c_string(p["client"]["pool"]["fix"]),
-          "// The share of a bounded pool waiting duplicates may hold at once.",
-          "inline constexpr double pool_duplicates_share = %r;" % p["client"]["pool"]["duplicates_share"],
-          "// How long runner::check() waits for a server that does not answer",
-          "// yet, and the SQLSTATEs it waits through (protocol.toml [client.startup]).",
-          "inline constexpr std::chrono::milliseconds startup_wait{%d};" % p["client"]["startup"]["wait_ms"],
-          "inline constexpr std::array<std::string_view, %d> startup_retry_sqlstates = {{%s}};" % (
-              len(p["client"]["startup"]["retry_sqlstates"]),
-              ", ".join(c_string(x) for x in p["client"]["startup"]["retry_sqlstates"])),
+          *limits.cpp(p),
           "",
           "inline constexpr bool is_validation_status(int http_status) noexcept",
           "{",
@@ -487,22 +457,7 @@ def gen_python(p):
          "OLDEST_EXTENSION = %s" % json.dumps(p["client"]["oldest_extension"]),
          "# A handler's validation failures: released, not stored, unless Config.client_errors = \"store\".",
          "VALIDATION_STATUSES = %r" % (tuple(p["client"]["validation_statuses"]),), "",
-         "# A guarded request without a principal: refused ([client.missing_principal]).",
-         "MISSING_PRINCIPAL = %s" % json.dumps(p["client"]["missing_principal"]["problem"]),
-         "MISSING_PRINCIPAL_RESULT = %s" % json.dumps(p["client"]["missing_principal"]["result"]),
-         "# An exhausted connection pool ([client.pool]): the answer's problem, its",
-         "# run result and metrics event, the wait of a pool the client bounds",
-         "# (seconds), the fix every log line names.",
-         "POOL_EXHAUSTED = %s" % json.dumps(p["client"]["pool"]["problem"]),
-         "POOL_EXHAUSTED_RESULT = %s" % json.dumps(p["client"]["pool"]["result"]),
-         "POOL_EXHAUSTED_EVENT = %s" % json.dumps(p["client"]["pool"]["event"]),
-         "POOL_WAIT = %r" % (p["client"]["pool"]["wait_ms"] / 1000.0),
-         "POOL_DUPLICATES_SHARE = %r" % p["client"]["pool"]["duplicates_share"],
-         "POOL_EXHAUSTED_FIX = %s" % json.dumps(p["client"]["pool"]["fix"]),
-         "# How long Runner.check() waits for a server that does not answer yet",
-         "# (seconds), and the SQLSTATEs it waits through ([client.startup]).",
-         "STARTUP_WAIT = %r" % (p["client"]["startup"]["wait_ms"] / 1000.0),
-         "STARTUP_RETRY_SQLSTATES = %r" % (tuple(p["client"]["startup"]["retry_sqlstates"]),), "",
+         *limits.python(p),
          "FINALIZE = \"finalize\"", "RELEASE = \"release\"", "FAIL = \"fail\"", "",
          "",
          "class KeyStatus(enum.Enum):",
@@ -567,23 +522,7 @@ def gen_node(p):
          "const OLDEST_EXTENSION = %s;" % js(p["client"]["oldest_extension"]),
          "// A handler's validation failures: released, not stored, unless storeClientErrors.",
          "const VALIDATION_STATUSES = Object.freeze(%s);" % js(p["client"]["validation_statuses"]), "",
-         "// A guarded request without a principal: refused ([client.missing_principal]).",
-         "const MISSING_PRINCIPAL = Object.freeze(%s);" % js({
-             "problem": p["client"]["missing_principal"]["problem"],
-             "result": p["client"]["missing_principal"]["result"]}),
-         "// An exhausted connection pool ([client.pool]): the answer's problem, its run",
-         "// result and metrics event, how long a request waits for a connection (ms),",
-         "// the fix every log line names.",
-         "const POOL = Object.freeze(%s);" % js({
-             "problem": p["client"]["pool"]["problem"], "result": p["client"]["pool"]["result"],
-             "event": p["client"]["pool"]["event"], "waitMs": p["client"]["pool"]["wait_ms"],
-             "duplicatesShare": p["client"]["pool"]["duplicates_share"],
-             "fix": p["client"]["pool"]["fix"]}),
-         "// How long ready() waits for a server that does not answer yet (ms), and",
-         "// the SQLSTATEs it waits through ([client.startup]).",
-         "const STARTUP = Object.freeze(%s);" % js({
-             "waitMs": p["client"]["startup"]["wait_ms"],
-             "retrySqlstates": p["client"]["startup"]["retry_sqlstates"]}), "",
+         *limits.node(p),
          "const FINALIZE = 'finalize';", "const RELEASE = 'release';", "const FAIL = 'fail';", "",
          "// What is wrong with a request's Idempotency-Key header(s), if anything.",
          "const KeyStatus = Object.freeze({"]
@@ -625,7 +564,7 @@ def gen_node(p):
           "}", "",
           "module.exports = {",
           "  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,",
-          "  MISSING_PRINCIPAL, POOL, STARTUP,",
+          "  %s," % limits.NODE_EXPORTS,
           "  FINALIZE, RELEASE, FAIL, KeyStatus,",
           "  KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,",
           "  SQLSTATES, classify,",
@@ -636,25 +575,6 @@ def gen_node(p):
 # ---------------------------------------------------------------------------
 # Conformance data, the server's vector test, the reference page
 # ---------------------------------------------------------------------------
-
-def problem_case(p, name):
-    """A problem's answer in every profile: statuses, type, Retry-After."""
-    x = next(x for x in p["problem"] if x["name"] == name)
-    return {"problem": name, "status": x["status"], "type": p["problems"]["base"] + x["slug"],
-            "retry_after": x["retry_after"]}
-
-
-def principal_case(p, v):
-    """A principal vector with what the client answers: a problem (and the
-    run result it is counted as), or the run result of a handler that ran."""
-    case = {"principal": v["principal"], "keys": v["keys"], "key_required": v.get("key_required", False)}
-    refusal = p["client"]["missing_principal"]
-    if v["answer"] == refusal["problem"]:
-        case.update(problem_case(p, refusal["problem"]), result=refusal["result"], handler_ran=False)
-    else:
-        case.update(result=v["answer"], handler_ran=True)
-    return case
-
 
 def gen_conformance(p):
     """What every client must answer for every server outcome, per profile."""
@@ -686,10 +606,7 @@ def gen_conformance(p):
         "key_statuses": {k["name"]: k["description"] for k in p["key_status"]},
         "client": {"oldest_extension": p["client"]["oldest_extension"],
                    "validation_statuses": p["client"]["validation_statuses"]},
-        "principal_vectors": [principal_case(p, v) for v in p["principal_vector"]],
-        "pool_exhausted": dict(problem_case(p, p["client"]["pool"]["problem"]),
-                               result=p["client"]["pool"]["result"], event=p["client"]["pool"]["event"]),
-        "startup": {"retry_sqlstates": p["client"]["startup"]["retry_sqlstates"]},
+        **limits.conformance(p),
     }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
@@ -767,35 +684,7 @@ def gen_docs(p):
           "in-transaction modes the handler's writes commit, as for any released status). Each has",
           "an option to store them as the rules say: Python's `client_errors = \"store\"`, Node's",
           "`storeClientErrors: true`, C++'s `client_errors(idem::client_errors::store)`.", "",
-          "## A client's own limits", "",
-          "What every client answers when it cannot guard a request for a reason of its own",
-          "(the [clients guide](../guides/clients.md#a-clients-own-limits) says more):", "",
-          "- **A guarded request without a principal** (an `Idempotency-Key`, or a route that",
-          "  requires one, and an empty or absent principal) is refused with `%s`, counted as" % problems[
-              p["client"]["missing_principal"]["problem"]]["slug"],
-          "  `%s`: never keyed on an empty principal, never run unguarded. A route without users" %
-          p["client"]["missing_principal"]["result"],
-          "  names its callers as one principal (a fixed string); a request without a key runs",
-          "  as without pg_idem, whatever its principal.", "",
-          "  | principal | Idempotency-Key fields | key required | answer |", "  |---|---|---|---|"]
-    for v in p["principal_vector"]:
-        L.append("  | %s | %s | %s | %s |" % (
-            "`%s`" % v["principal"] if v["principal"] else "empty", ", ".join("`%s`" % k for k in v["keys"]) or "none",
-            "yes" if v.get("key_required") else "no",
-            "`%s`" % problems[v["answer"]]["slug"] if v["answer"] in problems else "runs (`%s`)" % v["answer"]))
-    pool = p["client"]["pool"]
-    L += ["",
-          "- **An exhausted connection pool**: a request that gets no connection of the",
-          "  service's pool in time (%d ms for a pool the client makes or can bound) is" % pool["wait_ms"],
-          "  answered `%s` with `Retry-After`, counted as `%s` and as the event `%s`, and" % (
-              problems[pool["problem"]]["slug"], pool["result"], pool["event"]),
-          "  logged once per cause with the fix: %s. Never \"the server cannot be reached\"." % pool["fix"], "",
-          "- **Start-up** (each client's documented start hook) refuses to start, saying what to",
-          "  fix, for a role or database that does not exist, a refused login, the extension",
-          "  missing or too old, a role without `EXECUTE` or without the schema on its path. A",
-          "  server that does not answer yet (nothing listens, or SQLSTATE %s) is tried again" %
-          " or ".join("`%s`" % x for x in p["client"]["startup"]["retry_sqlstates"]),
-          "  for up to %d ms, then start-up is refused, naming the address." % p["client"]["startup"]["wait_ms"], "",
+          *limits.docs(p),
           "## Extension versions", "",
           "Each client's first-use check refuses an extension older than %s, the first with" %
           p["client"]["oldest_extension"],

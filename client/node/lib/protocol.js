@@ -16,7 +16,7 @@ const VALIDATION_STATUSES = Object.freeze([400, 422]);
 const MISSING_PRINCIPAL = Object.freeze({"problem": "principal_missing", "result": "rejected"});
 // An exhausted connection pool ([client.pool]): the answer's problem, its run
 // result and metrics event, how long a request waits for a connection (ms),
-// the fix every log line names.
+// the waiting duplicates' share of a pool, the fix every log line names.
 const POOL = Object.freeze({"problem": "pool_exhausted", "result": "failed", "event": "pool_exhausted", "waitMs": 5000, "duplicatesShare": 0.5, "fix": "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner"});
 // How long ready() waits for a server that does not answer yet (ms), and
 // the SQLSTATEs it waits through ([client.startup]).

@@ -57,6 +57,7 @@ class Engine(TransactionModes):
         # pool's log line: all of them, and those of waiting duplicates.
         self._held = {"all": 0, "duplicates": 0}
         self._held_lock = threading.Lock()
+        self._warned_principal = False
 
     # ---- shared pieces ----------------------------------------------------------
 
@@ -132,6 +133,7 @@ class Engine(TransactionModes):
         if (ks is not KeyStatus.ABSENT or req.key_required) and not req.principal:
             # protocol.toml [client.missing_principal]: refused, never keyed on
             # "" (one caller's replay to another) nor run unguarded (twice).
+            self.warn_principal()
             return RunResult(problems.by_name(protocol.MISSING_PRINCIPAL, p), protocol.MISSING_PRINCIPAL_RESULT), None
         if ks is KeyStatus.ABSENT and req.key_required:
             return RunResult(problems.missing_key(p), "rejected"), None
@@ -142,6 +144,14 @@ class Engine(TransactionModes):
         if ks is KeyStatus.ABSENT:
             return None, None
         return None, _Call(self.cfg, req)
+
+    def warn_principal(self):
+        if not self._warned_principal:
+            self._warned_principal = True
+            log.warning("pg_idem: a request with an Idempotency-Key has no principal: it is answered 401 "
+                        "principal-missing, not run. If it was authenticated, the principal is read before the "
+                        "authentication sets it (put pg_idem's middleware after it); a route without users "
+                        "names its callers as one principal (a fixed string)")
 
     def classify(self, status):
         """The protocol's storage rule, but for the validation failures (400,

@@ -15,6 +15,7 @@ from . import _flight
 from . import protocol
 from ._pool import AsyncSlots, PoolExhausted, getconn_args
 from .config import Config
+from ._checks import StartupWait
 from .runner import RetryRequest, utf8_kwargs
 
 
@@ -176,13 +177,16 @@ class AsyncRunner:
     def config(self):
         return self.engine.cfg
 
-    async def check(self):
-        """The check the first request makes, now (call it at start-up):
-        the extension is installed, new enough, callable by this role and on
-        its search_path, and Config.lease is within idem.max_lease. Raises
-        pg_idem.StoreMisconfigured saying what to fix, or the connection's
-        error."""
-        return await self._drive(self.engine.check())
+    async def check(self, wait=None):
+        """As pg_idem.Runner.check: refuses to start, saying what to fix, and
+        waits up to `wait` seconds for a server that does not answer yet."""
+        waiting = StartupWait(wait, self.pool)
+        while True:
+            try:
+                return await self._drive(self.engine.check())
+            except Exception as exc:  # noqa: BLE001 -- StartupWait raises what is not a wait
+                pause = waiting.pause(exc)
+            await asyncio.sleep(pause)
 
     async def run(self, request, handler):
         return self.engine.observe(request, await self._drive(self.engine.run(request, handler)))

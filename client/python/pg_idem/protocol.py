@@ -21,7 +21,7 @@ MISSING_PRINCIPAL = "principal_missing"
 MISSING_PRINCIPAL_RESULT = "rejected"
 # An exhausted connection pool ([client.pool]): the answer's problem, its
 # run result and metrics event, the wait of a pool the client bounds
-# (seconds), the fix every log line names.
+# (seconds), the waiting duplicates' share of a pool, the fix every log line names.
 POOL_EXHAUSTED = "pool_exhausted"
 POOL_EXHAUSTED_RESULT = "failed"
 POOL_EXHAUSTED_EVENT = "pool_exhausted"
@@ -32,6 +32,14 @@ POOL_EXHAUSTED_FIX = "give the pool more connections than the requests in flight
 # (seconds), and the SQLSTATEs it waits through ([client.startup]).
 STARTUP_WAIT = 10.0
 STARTUP_RETRY_SQLSTATES = ('57P03', '53300')
+# (SQLSTATE, the server's words) of a refused connection, which libpq gives without its code.
+CONNECT_MESSAGES = (
+    ("28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"),
+    ("28P01", "password authentication failed|no password supplied"),
+    ("3D000", "database \".*\" does not exist"),
+    ("57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"),
+    ("53300", "too many clients already|remaining connection slots are reserved"),
+)
 
 FINALIZE = "finalize"
 RELEASE = "release"

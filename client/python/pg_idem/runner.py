@@ -14,6 +14,7 @@ from psycopg import pq
 from . import _engine as e
 from . import _flight
 from . import protocol
+from ._checks import StartupWait
 from ._pool import PoolExhausted, Slots, getconn_args
 from .config import Config
 
@@ -198,13 +199,21 @@ class Runner:
     def config(self):
         return self.engine.cfg
 
-    def check(self):
-        """The check the first request makes, now (call it at start-up):
-        the extension is installed, new enough, callable by this role and on
-        its search_path, and Config.lease is within idem.max_lease. Raises
-        pg_idem.StoreMisconfigured saying what to fix, or the connection's
-        error."""
-        return self._drive(self.engine.check())
+    def check(self, wait=None):
+        """The check the first request makes, now: call it at start-up, to
+        refuse to start. The extension is installed, new enough, callable by
+        this role and on its search_path, and Config.lease is within
+        idem.max_lease; the role and the database exist. A server that does
+        not answer yet (nothing listens, or it is starting up) is tried again
+        for up to `wait` seconds (protocol.STARTUP_WAIT, 10). Raises
+        pg_idem.StoreMisconfigured saying what to fix."""
+        waiting = StartupWait(wait, self.pool)
+        while True:
+            try:
+                return self._drive(self.engine.check())
+            except Exception as exc:  # noqa: BLE001 -- StartupWait raises what is not a wait
+                pause = waiting.pause(exc)
+            time.sleep(pause)
 
     def run(self, request, handler):
         """Lease mode: handler(claim) -> Response, with no transaction open."""
