@@ -339,7 +339,6 @@ def gen_cpp(p):
           "inline constexpr std::array<int, %d> validation_statuses = {{%s}};" % (
               len(p["client"]["validation_statuses"]),
               ", ".join(str(s) for s in p["client"]["validation_statuses"])),
-          *limits.cpp(p),
           "",
           "inline constexpr bool is_validation_status(int http_status) noexcept",
           "{",
@@ -402,6 +401,8 @@ def gen_cpp(p):
             c_string(o["name"]), o["client"], pb or p["problem"][0]["name"],
             "true" if pb else "false", o.get("result", "failed")))
     L += ["}};", "",
+          *limits.cpp(p),
+          "",
           "inline server_outcome parse_server_outcome(std::string_view name) noexcept",
           "{",
           "    for (std::size_t i = 0; i < outcomes.size(); ++i)",

@@ -42,12 +42,17 @@ def validate(p, fail):
 def cpp(p):
     """Constants of idem/protocol.hpp (namespace idem::protocol)."""
     c = p["client"]
-    L = ["// A guarded request without a principal: refused with this problem",
-         "// (protocol.toml [client.missing_principal]).",
-         "inline constexpr std::string_view missing_principal_problem = %s;" % _c(c["missing_principal"]["problem"]),
-         "// An exhausted connection pool (protocol.toml [client.pool]): the",
-         "// wait of a bounded simple_pool, the fix every log line names, the",
-         "// share of a bounded pool waiting duplicates may hold at once.",
+    L = ["// A guarded request without a principal: refused with this problem, counted",
+         "// as this result (protocol.toml [client.missing_principal]).",
+         "inline constexpr problem missing_principal = problem::%s;" % c["missing_principal"]["problem"],
+         "inline constexpr outcome missing_principal_result = outcome::%s;" % c["missing_principal"]["result"],
+         "// An exhausted connection pool (protocol.toml [client.pool]): the answer,",
+         "// its result and metrics event (idem::event's name), the wait of a bounded",
+         "// simple_pool, the fix every log line names, the share of a bounded pool",
+         "// waiting duplicates may hold at once.",
+         "inline constexpr problem pool_exhausted_answer = problem::%s;" % c["pool"]["problem"],
+         "inline constexpr outcome pool_exhausted_result = outcome::%s;" % c["pool"]["result"],
+         "inline constexpr std::string_view pool_exhausted_event = %s;" % _c(c["pool"]["event"]),
          "inline constexpr std::chrono::milliseconds pool_wait{%d};" % c["pool"]["wait_ms"],
          "inline constexpr std::string_view pool_exhausted_fix = %s;" % _c(c["pool"]["fix"]),
          "inline constexpr double pool_duplicates_share = %r;" % c["pool"]["duplicates_share"],

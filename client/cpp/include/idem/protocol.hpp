@@ -62,33 +62,6 @@ inline constexpr std::string_view oldest_extension = "0.3.0";
 // A handler's validation failures: released, not stored, unless
 // config::client_errors() is client_errors::store.
 inline constexpr std::array<int, 2> validation_statuses = {{400, 422}};
-// A guarded request without a principal: refused with this problem
-// (protocol.toml [client.missing_principal]).
-inline constexpr std::string_view missing_principal_problem = "principal_missing";
-// An exhausted connection pool (protocol.toml [client.pool]): the
-// wait of a bounded simple_pool, the fix every log line names, the
-// share of a bounded pool waiting duplicates may hold at once.
-inline constexpr std::chrono::milliseconds pool_wait{5000};
-inline constexpr std::string_view pool_exhausted_fix = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner";
-inline constexpr double pool_duplicates_share = 0.5;
-// How long runner::check() waits for a server that does not answer
-// yet, and the SQLSTATEs it waits through (protocol.toml [client.startup]).
-inline constexpr std::chrono::milliseconds startup_wait{10000};
-inline constexpr std::array<std::string_view, 2> startup_retry_sqlstates = {{"57P03", "53300"}};
-// {SQLSTATE, the server's words (an ECMAScript regex)} of a refused
-// connection, which libpq gives without its code.
-struct connect_message
-{
-    std::string_view sqlstate;
-    std::string_view pattern;
-};
-inline constexpr std::array<connect_message, 5> connect_messages = {{
-    {"28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"},
-    {"28P01", "password authentication failed|no password supplied"},
-    {"3D000", "database \".*\" does not exist"},
-    {"57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"},
-    {"53300", "too many clients already|remaining connection slots are reserved"},
-}};
 
 inline constexpr bool is_validation_status(int http_status) noexcept
 {
@@ -197,6 +170,39 @@ inline constexpr std::array<outcome_info, 11> outcomes = {{
     {"expired", action::answer, problem::expired, true, outcome::expired},
     {"absent", action::claim, problem::missing_key, false, outcome::failed},
     {"claimable", action::claim, problem::missing_key, false, outcome::failed},
+}};
+
+// A guarded request without a principal: refused with this problem, counted
+// as this result (protocol.toml [client.missing_principal]).
+inline constexpr problem missing_principal = problem::principal_missing;
+inline constexpr outcome missing_principal_result = outcome::rejected;
+// An exhausted connection pool (protocol.toml [client.pool]): the answer,
+// its result and metrics event (idem::event's name), the wait of a bounded
+// simple_pool, the fix every log line names, the share of a bounded pool
+// waiting duplicates may hold at once.
+inline constexpr problem pool_exhausted_answer = problem::pool_exhausted;
+inline constexpr outcome pool_exhausted_result = outcome::failed;
+inline constexpr std::string_view pool_exhausted_event = "pool_exhausted";
+inline constexpr std::chrono::milliseconds pool_wait{5000};
+inline constexpr std::string_view pool_exhausted_fix = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner";
+inline constexpr double pool_duplicates_share = 0.5;
+// How long runner::check() waits for a server that does not answer
+// yet, and the SQLSTATEs it waits through (protocol.toml [client.startup]).
+inline constexpr std::chrono::milliseconds startup_wait{10000};
+inline constexpr std::array<std::string_view, 2> startup_retry_sqlstates = {{"57P03", "53300"}};
+// {SQLSTATE, the server's words (an ECMAScript regex)} of a refused
+// connection, which libpq gives without its code.
+struct connect_message
+{
+    std::string_view sqlstate;
+    std::string_view pattern;
+};
+inline constexpr std::array<connect_message, 5> connect_messages = {{
+    {"28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"},
+    {"28P01", "password authentication failed|no password supplied"},
+    {"3D000", "database \".*\" does not exist"},
+    {"57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"},
+    {"53300", "too many clients already|remaining connection slots are reserved"},
 }};
 
 inline server_outcome parse_server_outcome(std::string_view name) noexcept
