@@ -55,11 +55,11 @@ void engine::check(milliseconds wait) const
         }
         if (!worth_waiting(sqlstate, message))
             throw setup_error("pg_idem: the database refused this runner at start-up: " + message +
-                              " Fix: " + fix_for(sqlstate, message));
+                              ". Fix: " + fix_for(sqlstate, message));
         if (clock::now() >= end)
             throw setup_error("pg_idem: no server answered within " + std::to_string(wait.count()) +
                               " ms at start-up: " + message +
-                              " Fix: check the connection string's host and port (or socket "
+                              ". Fix: check the connection string's host and port (or socket "
                               "directory), and that PostgreSQL (or the pooler) runs there.");
         if (cfg_.on_error())
         {
