@@ -150,7 +150,6 @@ def conformance(p):
     return {
         "principal_vectors": [_principal_case(p, v) for v in p["principal_vector"]],
         "pool_exhausted": dict(_problem_case(p, pool["problem"]), result=pool["result"], event=pool["event"]),
-        "startup": {"retry_sqlstates": p["client"]["startup"]["retry_sqlstates"]},
     }
 
 
