@@ -32,27 +32,41 @@ std::string first_line(const std::string &s) { return s.substr(0, s.find('\n'));
 
 }  // namespace
 
+namespace {
+
+// One try of the check: true when it passed, else the SQLSTATE and first
+// line of what failed (a setup_error, or anything not a database error,
+// goes up as it is).
+bool tried(const engine &e, std::string &sqlstate, std::string &message)
+{
+    try
+    {
+        e.check_once();
+        return true;
+    }
+    catch (const pg::broken_connection &x)
+    {
+        sqlstate = x.sqlstate();
+        message = first_line(x.what());
+    }
+    catch (const pg::sql_error &x)
+    {
+        sqlstate = x.sqlstate();
+        message = first_line(x.what());
+    }
+    return false;
+}
+
+}  // namespace
+
 void engine::check(milliseconds wait) const
 {
     const clock::time_point end = clock::now() + wait;
     for (unsigned tries = 1;; ++tries)
     {
         std::string sqlstate, message;
-        try
-        {
-            check_once();
+        if (tried(*this, sqlstate, message))
             return;
-        }
-        catch (const pg::broken_connection &e)
-        {
-            sqlstate = e.sqlstate();
-            message = first_line(e.what());
-        }
-        catch (const pg::sql_error &e)
-        {
-            sqlstate = e.sqlstate();
-            message = first_line(e.what());
-        }
         if (!worth_waiting(sqlstate, message))
             throw setup_error("pg_idem: the database refused this runner at start-up: " + message +
                               ". Fix: " + fix_for(sqlstate, message));
