@@ -19,6 +19,8 @@ import struct
 import sys
 import tomllib
 
+import limits
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SOURCE = "extension/protocol/protocol.toml"
@@ -90,6 +92,7 @@ def validate_client(p):
     for s in p["client"]["validation_statuses"]:
         if classify_status(p, s) != "finalize":
             fail("client.validation_statuses: %d is not finalized by the storage rules" % s)
+    limits.validate(p, fail)
 
 
 def split_state(s):
@@ -302,6 +305,7 @@ def gen_cpp(p):
         "#pragma once",
         "",
         "#include <array>",
+        "#include <chrono>",
         "#include <cstddef>",
         "#include <string_view>",
         "",
@@ -397,6 +401,8 @@ def gen_cpp(p):
             c_string(o["name"]), o["client"], pb or p["problem"][0]["name"],
             "true" if pb else "false", o.get("result", "failed")))
     L += ["}};", "",
+          *limits.cpp(p),
+          "",
           "inline server_outcome parse_server_outcome(std::string_view name) noexcept",
           "{",
           "    for (std::size_t i = 0; i < outcomes.size(); ++i)",
@@ -452,6 +458,7 @@ def gen_python(p):
          "OLDEST_EXTENSION = %s" % json.dumps(p["client"]["oldest_extension"]),
          "# A handler's validation failures: released, not stored, unless Config.client_errors = \"store\".",
          "VALIDATION_STATUSES = %r" % (tuple(p["client"]["validation_statuses"]),), "",
+         *limits.python(p),
          "FINALIZE = \"finalize\"", "RELEASE = \"release\"", "FAIL = \"fail\"", "",
          "",
          "class KeyStatus(enum.Enum):",
@@ -516,6 +523,7 @@ def gen_node(p):
          "const OLDEST_EXTENSION = %s;" % js(p["client"]["oldest_extension"]),
          "// A handler's validation failures: released, not stored, unless storeClientErrors.",
          "const VALIDATION_STATUSES = Object.freeze(%s);" % js(p["client"]["validation_statuses"]), "",
+         *limits.node(p),
          "const FINALIZE = 'finalize';", "const RELEASE = 'release';", "const FAIL = 'fail';", "",
          "// What is wrong with a request's Idempotency-Key header(s), if anything.",
          "const KeyStatus = Object.freeze({"]
@@ -557,6 +565,7 @@ def gen_node(p):
           "}", "",
           "module.exports = {",
           "  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,",
+          "  %s," % limits.NODE_EXPORTS,
           "  FINALIZE, RELEASE, FAIL, KeyStatus,",
           "  KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,",
           "  SQLSTATES, classify,",
@@ -598,6 +607,7 @@ def gen_conformance(p):
         "key_statuses": {k["name"]: k["description"] for k in p["key_status"]},
         "client": {"oldest_extension": p["client"]["oldest_extension"],
                    "validation_statuses": p["client"]["validation_statuses"]},
+        **limits.conformance(p),
     }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
@@ -675,6 +685,7 @@ def gen_docs(p):
           "in-transaction modes the handler's writes commit, as for any released status). Each has",
           "an option to store them as the rules say: Python's `client_errors = \"store\"`, Node's",
           "`storeClientErrors: true`, C++'s `client_errors(idem::client_errors::store)`.", "",
+          *limits.docs(p),
           "## Extension versions", "",
           "Each client's first-use check refuses an extension older than %s, the first with" %
           p["client"]["oldest_extension"],

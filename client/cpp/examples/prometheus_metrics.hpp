@@ -43,6 +43,6 @@ private:
     // Sized by the protocol: 0.4.0 sized it by `rejected`, the last outcome
     // before `expired`, and counted expired past its end.
     std::array<std::atomic<unsigned long long>, idem::protocol::outcome_count> outcomes_{};
-    std::array<std::atomic<unsigned long long>, static_cast<std::size_t>(idem::event::finalized) + 1>
+    std::array<std::atomic<unsigned long long>, static_cast<std::size_t>(idem::event::pool_exhausted) + 1>
         events_{};
 };

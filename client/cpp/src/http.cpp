@@ -271,6 +271,8 @@ const char *to_string(event e) noexcept
         return "unknown_outcome";
     case event::finalized:
         return "finalized";
+    case event::pool_exhausted:
+        return protocol::pool_exhausted_event.data();  // a literal: NUL-terminated
     }
     return "unknown";
 }

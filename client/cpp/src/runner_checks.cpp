@@ -171,7 +171,7 @@ void engine::refuse_router(pg::connection &conn, const char *mode) const
                           "(idem/partition.hpp, docs/guides/sharding.md).");
 }
 
-void engine::check() const
+void engine::check_once() const
 {
     {
         std::lock_guard<std::mutex> lk(features_mu_);
@@ -188,7 +188,13 @@ void engine::report(std::exception_ptr error, const char *during) const
 {
     if (!error || (!cfg_.on_error() && !cfg_.log_errors()))
         return;
-    const store_error e = describe_store_error(error, during);
+    store_error e = describe_store_error(error, during);
+    const bool pool = std::string_view(during) == "connection pool";
+    if (pool)
+        e.fix = "the pool has " + std::to_string(capacity_.value_or(0)) + " connections, and " +
+                std::to_string(duplicates_waiting_.load()) +
+                " of this runner's requests were duplicates waiting for their first request: " + e.fix +
+                " (simple_pool::options::max_size; config follower_wait_budget)";
     if (cfg_.on_error())
     {
         try
@@ -210,7 +216,7 @@ void engine::report(std::exception_ptr error, const char *during) const
             return;
     }
     std::ostringstream line;
-    line << "pg_idem: " << e.during << " failed: ";
+    line << "pg_idem: " << e.during << (pool ? " exhausted: " : " failed: ");
     if (!e.sqlstate.empty())
         line << e.sqlstate << ' ';
     line << e.message;
@@ -224,6 +230,6 @@ void engine::report(std::exception_ptr error, const char *during) const
 
 namespace idem {
 
-void runner::check() const { engine_->check(); }
+void runner::check(std::chrono::milliseconds wait) const { engine_->check(wait); }
 
 }  // namespace idem

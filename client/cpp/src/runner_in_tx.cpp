@@ -51,7 +51,7 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
         try
         {
             if (!conn)
-                conn = provider_.acquire();
+                conn = acquire_round(c);
             if (!do_claim)
                 row = lookup(c, *conn);
             else
@@ -69,7 +69,8 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
                 // (bounded by our budget as lock_timeout, the caller's setting
                 // restored by the same statement), and with max_wait for a
                 // lease-mode winner too.
-                c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *conn) : milliseconds(0);
+                c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *conn, capacity_.has_value())
+                                        : milliseconds(0);
                 std::vector<pg::param> params{
                     pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
                     pg::to_param(lock_timeout_text(remaining(c.deadline)))};

@@ -10,11 +10,11 @@
 // Every label value starts at zero, so that rate() sees each series from
 // the first scrape.
 
-const { CLIENT_OUTCOMES } = require('./protocol');
+const { CLIENT_OUTCOMES, POOL } = require('./protocol');
 
 // The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
 const EVENTS = Object.freeze(['claimed', 'recovered_ttl', 'recovered_abandoned', 'pending_wait', 'retryable_cooldown',
-  'lease_stolen', 'finalize_error', 'release_error', 'unknown_outcome', 'finalized']);
+  'lease_stolen', 'finalize_error', 'release_error', 'unknown_outcome', 'finalized', POOL.event]);
 
 // A metrics observer ({onOutcome, onEvent}) backed by prom-client counters in
 // `registry` (prom-client's global register by default).

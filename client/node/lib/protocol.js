@@ -12,6 +12,16 @@ const OLDEST_EXTENSION = "0.3.0";
 // A handler's validation failures: released, not stored, unless storeClientErrors.
 const VALIDATION_STATUSES = Object.freeze([400, 422]);
 
+// A guarded request without a principal: refused ([client.missing_principal]).
+const MISSING_PRINCIPAL = Object.freeze({"problem": "principal_missing", "result": "rejected"});
+// An exhausted connection pool ([client.pool]): the answer's problem, its run
+// result and metrics event, how long a request waits for a connection (ms),
+// the waiting duplicates' share of a pool, the fix every log line names.
+const POOL = Object.freeze({"problem": "pool_exhausted", "result": "failed", "event": "pool_exhausted", "waitMs": 5000, "duplicatesShare": 0.5, "fix": "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner"});
+// How long ready() waits for a server that does not answer yet (ms), and
+// the SQLSTATEs it waits through ([client.startup]).
+const STARTUP = Object.freeze({"waitMs": 10000, "retrySqlstates": ["57P03", "53300"]});
+
 const FINALIZE = 'finalize';
 const RELEASE = 'release';
 const FAIL = 'fail';
@@ -51,6 +61,8 @@ const PROBLEMS = Object.freeze({
   expired: Object.freeze({ name: "expired", slug: "idempotency-key-expired", title: "This Idempotency-Key has expired", detail: "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", status: Object.freeze({"ietf": 410, "seed": 409}), retryAfter: false }),
   request_too_large: Object.freeze({ name: "request_too_large", slug: "request-too-large", title: "Request body too large", detail: "The request body is over {limit} bytes.", status: Object.freeze({"ietf": 413, "seed": 413}), retryAfter: false }),
   store_unavailable: Object.freeze({ name: "store_unavailable", slug: "idempotency-store-unavailable", title: "Idempotency store unavailable", detail: "The request was not run. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+  pool_exhausted: Object.freeze({ name: "pool_exhausted", slug: "connection-pool-exhausted", title: "The service's connection pool is exhausted", detail: "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+  principal_missing: Object.freeze({ name: "principal_missing", slug: "principal-missing", title: "The request has no authenticated principal", detail: "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", status: Object.freeze({"ietf": 401, "seed": 401}), retryAfter: false }),
   outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
 });
 
@@ -101,6 +113,7 @@ function classify(status) {
 
 module.exports = {
   KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,
+  MISSING_PRINCIPAL, POOL, STARTUP,
   FINALIZE, RELEASE, FAIL, KeyStatus,
   KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,
   SQLSTATES, classify,

@@ -21,12 +21,12 @@ const protocol = require('./protocol');
 const { OUTCOMES } = protocol;
 const { TYPES, beginText, statements, parseSizeSetting } = require('./statements');
 const { Keeper, lockTimeoutText, msText } = require('./keeper');
-const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
 const { checkSetup, routerRefusal } = require('./setup');
+const { Claims, isPoolExhausted } = require('./pool');
+const { startUp } = require('./startup');
 const { Reporter } = require('./report');
-const { ClaimContext, normalizeRequest, result } = require('./request');
+const { ClaimContext, WON, parseRow, prepareRun, result } = require('./request');
 
-const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
 // The statuses of a request that failed validation (the protocol's list):
 // with storeClientErrors off (the default, as Stripe) they free the key
 // instead of being stored, so that the corrected request is run, not
@@ -56,6 +56,8 @@ class Runner {
     this.sql = statements(this.config.schema);
     this.setup = null; // the first-use check's answer (./setup) once it passed
     this.reporter = new Reporter(this.config.logger, this.config.onError);
+    this.claims = new Claims(pool, () => this.checkout(), (client) => this.giveBack(client)); // ./pool
+    this.warnedPrincipal = false;
   }
 
   // {claim, begin}: whether the server waits for followers itself (null before the first check).
@@ -63,11 +65,19 @@ class Runner {
     return this.setup ? this.setup.serverWait : null;
   }
 
+  // The start-up check, to await before listening: the first-use check
+  // (./setup), made now; the role and database exist; a server that does
+  // not answer yet is waited for up to `wait` ms (./startup). Rejects with
+  // a SetupError saying what to fix; resolves once it passed.
+  ready({ wait } = {}) {
+    return startUp(this, wait);
+  }
+
   // The first-use check (./setup): the extension, its version, the role's
-  // privileges and path, the lease within idem.max_lease. Resolves once it
-  // passed (then never again); rejects with a SetupError saying what to fix.
-  // Await it at start-up to refuse to start; every run checks it first.
-  async ready(client) {
+  // privileges and path, the lease within idem.max_lease, on `client` (or
+  // one of the pool's). Resolves once it passed (then never again); rejects
+  // with a SetupError saying what to fix. Every run checks it first.
+  async checked(client) {
     if (this.setup) return this.setup;
     let own = null;
     try {
@@ -115,12 +125,13 @@ class Runner {
   // duplicates hold no pooled connection (behind a transaction-mode pooler,
   // no server connection either) while the winner needs one to finish.
   async hold(c) {
-    if (!c.client) c.client = await this.checkout();
+    if (!c.client) c.client = await this.claims.take(c, Math.max(0, c.deadline - now()));
     return c.client;
   }
 
   handBack(c) {
     if (!c.client) return;
+    this.claims.release(c.client);
     if (c.broken) c.client.idemBroken = true; // the claim's client goes back to be destroyed, not reused
     this.giveBack(c.client);
     c.client = null;
@@ -146,7 +157,15 @@ class Runner {
   }
 
   unavailable(c, err) {
+    // No client of the pool came free (./pool): a duplicate's budget ran
+    // out meanwhile (its answer is the budget's), or connection-pool-exhausted.
+    if (isPoolExhausted(err) && c.waited) return this.timedOut(c);
     c.res.error = c.res.error || err;
+    if (isPoolExhausted(err)) {
+      this.event(protocol.POOL.event);
+      return this.answer(c, protocolProblem(protocol.POOL.problem, this.config.profile, { retryMs: this.config.retryAfter }),
+        protocol.POOL.result);
+    }
     return this.answer(c, problems.storeUnavailable(this.config.profile, this.config.retryAfter), 'failed');
   }
 
@@ -154,46 +173,25 @@ class Runner {
     return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), OUTCOMES.in_progress.result);
   }
 
-  // {early} when the request goes no further; {c: null} to run unguarded.
+  // {early} when the request goes no further; {c: null} to run unguarded (./request).
   prepare(raw) {
-    const req = normalizeRequest(raw);
-    const p = this.config.profile;
-    const early = (response) => ({ early: { ...result(), response, outcome: 'rejected' } });
-    const ks = checkKeyHeader(req.keys);
-    if (ks === KeyStatus.ABSENT && req.keyRequired) return early(problems.missingKey(p));
-    if (ks !== KeyStatus.ABSENT && ks !== KeyStatus.OK) return early(problems.invalidKey(p, ks));
-    if (req.body.length > this.config.maxRequestBodyBytes) return early(problems.requestTooLarge(p, this.config.maxRequestBodyBytes));
-    if (ks === KeyStatus.ABSENT) return { c: null };
-    return {
-      c: {
-        ck: cacheKey(req.principal, req.method, req.target, req.keys[0]),
-        rh: requestHash(req.fingerprint),
-        deadline: now() + this.config.followerWaitBudget,
-        iterations: 0,
-        backoff: this.config.pollMin,
-        res: result(),
-      },
-    };
+    return prepareRun(raw, this.config, now(), () => this.warnPrincipal());
+  }
+
+  warnPrincipal() {
+    if (this.warnedPrincipal) return;
+    this.warnedPrincipal = true;
+    this.reporter.log('pg-idem: a request with an Idempotency-Key has no principal: it is answered 401 principal-missing, '
+      + 'not run. If it was authenticated, the principal is read before the authentication sets it (put pg-idem after it); '
+      + 'a route without users names its callers as one principal (a fixed string)');
   }
 
   parseRow(row) {
-    if (!row) throw new Error('pg-idem: expected one row from the claim function');
-    return {
-      outcome: row.outcome || '',
-      claimId: row.claim_id,
-      generation: row.generation ?? 0n,
-      retryAfter: row.retry_ms === null || row.retry_ms === undefined ? null : Number(row.retry_ms),
-      status: row.response_status,
-      headersJson: row.response_headers,
-      body: row.response_body,
-      get won() {
-        return WON.has(this.outcome);
-      },
-    };
+    return parseRow(row);
   }
 
   async claim(c, client, wait) {
-    const caps = (await this.ready(client)).serverWait;
+    const caps = (await this.checked(client)).serverWait;
     const rem = Math.max(0, c.deadline - now());
     const lease = msText(this.config.lease);
     if (wait && caps.claim) {
@@ -253,7 +251,7 @@ class Runner {
   // before anything is claimed; undefined when the server is not one.
   async refuseRouter(c, mode) {
     try {
-      if ((await this.ready(await this.hold(c))).router) throw routerRefusal(mode);
+      if ((await this.checked(await this.hold(c))).router) throw routerRefusal(mode);
     } catch (e) {
       return this.unavailable(c, e);
     }
@@ -672,7 +670,7 @@ class Runner {
         client = await this.hold(c);
         if (!doClaim) row = await this.lookup(c, client);
         else {
-          const caps = (await this.ready(client)).serverWait;
+          const caps = (await this.checked(client)).serverWait;
           const rem = Math.max(0, c.deadline - now());
           const slice = Math.min(rem, this.config.waitSlice);
           const lease = msText(this.config.lease);

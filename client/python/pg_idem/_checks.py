@@ -9,14 +9,18 @@ guarded request answered 503 idempotency-store-unavailable, and nothing
 said why (issue 22)."""
 
 import logging
+import os
 import re
 import threading
+import time
 
 import psycopg
+import psycopg.conninfo
 
+from . import _pool
 # The oldest extension this client runs against: the protocol's, the same
 # for the three clients (protocol.toml says why it is that one).
-from .protocol import OLDEST_EXTENSION
+from .protocol import CONNECT_MESSAGES, OLDEST_EXTENSION, STARTUP_RETRY_SQLSTATES, STARTUP_WAIT
 # The functions the runner calls (EXECUTE is checked on each).
 FUNCTIONS = ("idem_claim", "idem_lookup", "idem_renew", "idem_finalize", "idem_release", "idem_fail",
              "idem_begin")
@@ -106,6 +110,65 @@ def verify(row, cfg, database):
     return bool(claim_wait), bool(begin_wait), version is None
 
 
+class StartupWait:
+    """What a runner's start-up check (Runner.check) does with an error
+    (protocol.toml [client.startup]): a server that does not answer yet is
+    tried again for up to `wait` seconds; anything else, and a server still
+    silent then, stops the start with StoreMisconfigured saying what to fix,
+    instead of a 503 on every request."""
+
+    def __init__(self, wait=None, pool=None):
+        self.wait = STARTUP_WAIT if wait is None else wait
+        self.where = address(pool)
+        self.deadline = time.monotonic() + self.wait
+        self.tries = 0
+
+    def pause(self, error):
+        """The seconds to wait before the next try, or raises the refusal."""
+        if isinstance(error, StoreMisconfigured):
+            raise error
+        if not isinstance(error, psycopg.Error):
+            raise error
+        state = sqlstate_of(error)
+        line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        # No SQLSTATE and not the server's words: nothing answered (no socket,
+        # connection refused, a name that does not resolve, a timeout).
+        unanswered = state is None and "FATAL:" not in str(error)
+        silent = isinstance(error, psycopg.OperationalError) and (
+            unanswered or (state or "").startswith("08") or state in STARTUP_RETRY_SQLSTATES)
+        if not silent:
+            raise StoreMisconfigured("the database refused this runner at start-up: %s" % line,
+                                     explain(error)[1]) from error
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise StoreMisconfigured(
+                "no server answered%s within %g s at start-up: %s" % (
+                    " at " + self.where if self.where else "", self.wait, line),
+                "check the dsn's host and port (or socket directory), and that PostgreSQL (or the pooler) "
+                "runs there") from error
+        self.tries += 1
+        if self.tries == 1:
+            log.warning("pg_idem: waiting up to %g s for the server at start-up: %s", self.wait, line)
+        return min(left, 1.0, 0.05 * 2 ** self.tries)
+
+
+def address(pool):
+    """Where the pool connects, in words (socket "/run/.s.PGSQL.5432",
+    db:5432), from its conninfo and libpq's environment; None if unknown."""
+    conninfo = getattr(pool, "conninfo", None)
+    if not isinstance(conninfo, str):
+        return None
+    try:
+        d = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return None
+    host = str(d.get("host") or d.get("hostaddr") or os.environ.get("PGHOST") or "/var/run/postgresql")
+    port = str(d.get("port") or os.environ.get("PGPORT") or "5432")
+    if host.startswith("/"):
+        return 'socket "%s"' % os.path.join(host, ".s.PGSQL." + port)
+    return "%s:%s" % (host, port)
+
+
 def router_refusal(mode):
     """Fenced and in-transaction modes need the handler's transaction on the
     partition that owns the key: a PL/Proxy router runs each call in a
@@ -133,18 +196,34 @@ FIXES = {
     "53400": "a server limit was reached (max_connections, a pooler's pool)",
     "57014": "a statement was cancelled (statement_timeout?)",
     "57P01": "the server was shut down or the backend terminated",
-    "28000": "the server refused the role: check the dsn's user and pg_hba.conf",
+    "28000": "the server refused the role: check the dsn's user (does the role exist, may it log in?) and "
+             "pg_hba.conf",
     "28P01": "the password was refused: check the dsn",
     "3D000": "the dsn names a database that does not exist",
 }
 
 
+def sqlstate_of(error):
+    """The error's SQLSTATE; for a connection the server refused, which libpq
+    gives without one, read from the server's words (protocol.toml
+    [[connect_message]])."""
+    state = getattr(error, "sqlstate", None)
+    if state is None and isinstance(error, psycopg.OperationalError):
+        text = str(error)
+        for code, pattern in CONNECT_MESSAGES:
+            if re.search(pattern, text):
+                return code
+    return state
+
+
 def explain(error):
     """(sqlstate or None, the fix): what a user should do about this error."""
     fix = getattr(error, "fix", None)
-    state = getattr(error, "sqlstate", None)
+    state = sqlstate_of(error)
     if fix:
         return state, fix
+    if _pool.is_pool_exhausted(error):  # an OperationalError, but the server was never asked
+        return None, _pool.explain(error)
     if state in FIXES:
         return state, FIXES[state]
     if state and state.startswith("08") or isinstance(error, psycopg.OperationalError):
@@ -184,8 +263,9 @@ class Reporter:
             if first and len(self._seen) < self.MAX_CAUSES:
                 self._seen.add(cause)
         if first:
-            log.error("pg_idem: store error%s: %s -- fix: %s", " (SQLSTATE %s)" % state if state else "",
-                      first_line, fix)
+            log.error("pg_idem: %s%s: %s -- fix: %s",
+                      "connection pool exhausted" if _pool.is_pool_exhausted(error) else "store error",
+                      " (SQLSTATE %s)" % state if state else "", first_line, fix)
         if self.on_error is not None:
             try:
                 self.on_error(ErrorReport(error, request, state, fix, first))

@@ -17,7 +17,8 @@ from . import protocol
 
 # The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
 EVENTS = ("claimed", "recovered_ttl", "recovered_abandoned", "pending_wait", "retryable_cooldown",
-          "lease_stolen", "finalize_error", "release_error", "unknown_outcome", "finalized")
+          "lease_stolen", "finalize_error", "release_error", "unknown_outcome", "finalized",
+          protocol.POOL_EXHAUSTED_EVENT)
 
 
 _REGISTERED = {}

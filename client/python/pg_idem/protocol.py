@@ -16,6 +16,31 @@ OLDEST_EXTENSION = "0.3.0"
 # A handler's validation failures: released, not stored, unless Config.client_errors = "store".
 VALIDATION_STATUSES = (400, 422)
 
+# A guarded request without a principal: refused ([client.missing_principal]).
+MISSING_PRINCIPAL = "principal_missing"
+MISSING_PRINCIPAL_RESULT = "rejected"
+# An exhausted connection pool ([client.pool]): the answer's problem, its
+# run result and metrics event, the wait of a pool the client bounds
+# (seconds), the waiting duplicates' share of a pool, the fix every log line names.
+POOL_EXHAUSTED = "pool_exhausted"
+POOL_EXHAUSTED_RESULT = "failed"
+POOL_EXHAUSTED_EVENT = "pool_exhausted"
+POOL_WAIT = 5.0
+POOL_DUPLICATES_SHARE = 0.5
+POOL_EXHAUSTED_FIX = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner"
+# How long Runner.check() waits for a server that does not answer yet
+# (seconds), and the SQLSTATEs it waits through ([client.startup]).
+STARTUP_WAIT = 10.0
+STARTUP_RETRY_SQLSTATES = ('57P03', '53300')
+# (SQLSTATE, the server's words) of a refused connection, which libpq gives without its code.
+CONNECT_MESSAGES = (
+    ("28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"),
+    ("28P01", "password authentication failed|no password supplied"),
+    ("3D000", "database \".*\" does not exist"),
+    ("57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"),
+    ("53300", "too many clients already|remaining connection slots are reserved"),
+)
+
 FINALIZE = "finalize"
 RELEASE = "release"
 FAIL = "fail"
@@ -68,6 +93,10 @@ PROBLEMS = {
                    {"ietf": 413, "seed": 413}, False),
     "store_unavailable": Problem("store_unavailable", "idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.",
                    {"ietf": 503, "seed": 503}, True),
+    "pool_exhausted": Problem("pool_exhausted", "connection-pool-exhausted", "The service's connection pool is exhausted", "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.",
+                   {"ietf": 503, "seed": 503}, True),
+    "principal_missing": Problem("principal_missing", "principal-missing", "The request has no authenticated principal", "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.",
+                   {"ietf": 401, "seed": 401}, False),
     "outcome_unknown": Problem("outcome_unknown", "outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.",
                    {"ietf": 503, "seed": 503}, True),
 }

@@ -20,7 +20,8 @@ enum class event
     finalize_error,       // storing the result failed
     release_error,        // releasing or failing the claim failed
     unknown_outcome,      // the connection was lost while a commit was in flight
-    finalized             // the winner's result is committed (for wake-up latency)
+    finalized,            // the winner's result is committed (for wake-up latency)
+    pool_exhausted        // no connection of the pool came free (protocol::pool_exhausted_event)
 };
 
 const char *to_string(outcome o) noexcept;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <string_view>
 
@@ -15,10 +16,10 @@ enum class outcome
     replay,  // a stored response was replayed
     conflict,  // the key was used with another request, or its response is not replayable
     timeout,  // still in progress when the wait budget ran out
-    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, or an outcome that could not be settled
+    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, an exhausted connection pool, or an outcome that could not be settled
     completed_uncacheable,  // ran; the response was over the cap and stored as not replayable
     unguarded,  // no key: ran without idempotency
-    rejected,  // an invalid or missing key, or a request over the cap
+    rejected,  // an invalid or missing key, a guarded request without a principal, or a request over the cap
     expired,  // the key finished longer ago than idem.ttl and is not run again
 };
 
@@ -82,6 +83,8 @@ enum class problem
     expired,
     request_too_large,
     store_unavailable,
+    pool_exhausted,
+    principal_missing,
     outcome_unknown,
 };
 
@@ -94,7 +97,7 @@ struct problem_info
     bool retry_after;
 };
 
-inline constexpr std::array<problem_info, 10> problems = {{
+inline constexpr std::array<problem_info, 12> problems = {{
     {"idempotency-key-missing", "Idempotency-Key header is missing", "{key_status}", {400, 400}, false},
     {"idempotency-key-invalid", "Idempotency-Key header is invalid", "{key_status}", {400, 400}, false},
     {"idempotency-key-reused", "Idempotency-Key is already used for a different request", "This key was used with another request body. Use a new key for a new request.", {422, 409}, false},
@@ -104,6 +107,8 @@ inline constexpr std::array<problem_info, 10> problems = {{
     {"idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", {410, 409}, false},
     {"request-too-large", "Request body too large", "The request body is over {limit} bytes.", {413, 413}, false},
     {"idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"connection-pool-exhausted", "The service's connection pool is exhausted", "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"principal-missing", "The request has no authenticated principal", "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", {401, 401}, false},
     {"outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", {503, 503}, true},
 }};
 
@@ -165,6 +170,39 @@ inline constexpr std::array<outcome_info, 11> outcomes = {{
     {"expired", action::answer, problem::expired, true, outcome::expired},
     {"absent", action::claim, problem::missing_key, false, outcome::failed},
     {"claimable", action::claim, problem::missing_key, false, outcome::failed},
+}};
+
+// A guarded request without a principal: refused with this problem, counted
+// as this result (protocol.toml [client.missing_principal]).
+inline constexpr problem missing_principal = problem::principal_missing;
+inline constexpr outcome missing_principal_result = outcome::rejected;
+// An exhausted connection pool (protocol.toml [client.pool]): the answer,
+// its result and metrics event (idem::event's name), the wait of a bounded
+// simple_pool, the fix every log line names, the share of a bounded pool
+// waiting duplicates may hold at once.
+inline constexpr problem pool_exhausted_answer = problem::pool_exhausted;
+inline constexpr outcome pool_exhausted_result = outcome::failed;
+inline constexpr std::string_view pool_exhausted_event = "pool_exhausted";
+inline constexpr std::chrono::milliseconds pool_wait{5000};
+inline constexpr std::string_view pool_exhausted_fix = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner";
+inline constexpr double pool_duplicates_share = 0.5;
+// How long runner::check() waits for a server that does not answer
+// yet, and the SQLSTATEs it waits through (protocol.toml [client.startup]).
+inline constexpr std::chrono::milliseconds startup_wait{10000};
+inline constexpr std::array<std::string_view, 2> startup_retry_sqlstates = {{"57P03", "53300"}};
+// {SQLSTATE, the server's words (an ECMAScript regex)} of a refused
+// connection, which libpq gives without its code.
+struct connect_message
+{
+    std::string_view sqlstate;
+    std::string_view pattern;
+};
+inline constexpr std::array<connect_message, 5> connect_messages = {{
+    {"28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"},
+    {"28P01", "password authentication failed|no password supplied"},
+    {"3D000", "database \".*\" does not exist"},
+    {"57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"},
+    {"53300", "too many clients already|remaining connection slots are reserved"},
 }};
 
 inline server_outcome parse_server_outcome(std::string_view name) noexcept
