@@ -74,8 +74,6 @@ PG_FUNCTION_INFO_V1(idem_inbox_retry);
 PG_FUNCTION_INFO_V1(idem_inbox_prune);
 PG_FUNCTION_INFO_V1(idem_inbox_message_done);
 
-/* Largest max_attempts accepted. */
-#define INBOX_MAX_ATTEMPTS		1000
 #define PRUNE_MAX_BATCH			1000000
 
 /* How often begin re-reads a message that changed under it. */
@@ -250,7 +248,7 @@ message_scope(Oid namespace, bytea *key, Oid scope)
  * The decision of begin: write to take the message, and if that touched
  * nothing, read why.  Loops when the message changed in between.
  */
-static const char *
+static IdemInboxAnswer
 begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *message_id,
 			  bytea *payload_hash, int32 max_attempts, int32 *seen_errors)
 {
@@ -286,14 +284,14 @@ begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *mess
 		if (idem_execute(&insert_message, namespace, values, NULL, false, 1) == 1)
 		{
 			*seen_errors = 0;
-			return "process";
+			return IDEM_INBOX_ANSWER_PROCESS;
 		}
 		/* A retry; waits for an in-flight attempt of the same message. */
 		if (idem_execute(&start_attempt, namespace, take, NULL, false, 1) == 1)
 		{
 			*seen_errors = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 													   SPI_tuptable->tupdesc, 1, &isnull));
-			return "process";
+			return IDEM_INBOX_ANSWER_PROCESS;
 		}
 
 		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
@@ -304,17 +302,17 @@ begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *mess
 		error_count = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
 
 		if (!same_payload(row, desc, 2, payload_hash))
-			return "mismatch";
+			return IDEM_INBOX_ANSWER_MISMATCH;
 		if (strcmp(state, "done") == 0)
-			return "duplicate";
+			return IDEM_INBOX_ANSWER_DUPLICATE;
 		if (strcmp(state, "dead") == 0)
-			return "dead";
+			return IDEM_INBOX_ANSWER_DEAD;
 		if (strcmp(state, "failed") == 0 && error_count >= max_attempts)
 		{
 			if (idem_execute(&dead_at_begin, namespace, take, NULL, false, 1) == 1)
 			{
 				dead_letter(namespace, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-				return "dead";
+				return IDEM_INBOX_ANSWER_DEAD;
 			}
 		}
 		else if (strcmp(state, "processing") == 0)
@@ -329,7 +327,7 @@ begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *mess
 			 errmsg("could not begin inbox message: it changed concurrently %d times",
 					BEGIN_MAX_ROUNDS),
 			 errhint("The transaction might succeed if retried.")));
-	return NULL;				/* keep compiler quiet */
+	pg_unreachable();
 }
 
 /*
@@ -348,14 +346,14 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	Datum		scope;
 	int32		max_attempts;
 	int32		seen_errors = 0;
-	const char *outcome;
+	IdemInboxAnswer outcome;
 
 	idem_require_arg(fcinfo, 3, "max_attempts");
 	max_attempts = PG_GETARG_INT32(3);
-	if (max_attempts < 1 || max_attempts > INBOX_MAX_ATTEMPTS)
+	if (max_attempts < 1 || max_attempts > IDEM_INBOX_MAX_ATTEMPTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_attempts must be between 1 and %d", INBOX_MAX_ATTEMPTS),
+				 errmsg("max_attempts must be between 1 and %d", IDEM_INBOX_MAX_ATTEMPTS),
 				 errdetail("The max_attempts given is %d.", max_attempts)));
 	require_scoped_schema(namespace);
 
@@ -381,7 +379,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 		SPI_connect();
 		outcome = begin_message(namespace, key, scope, consumer, message_id, payload_hash,
 								max_attempts, &seen_errors);
-		if (strcmp(outcome, "process") == 0)
+		if (outcome == IDEM_INBOX_ANSWER_PROCESS)
 		{
 			/* The attempt keeps the lock; it is released once accounted for. */
 			idem_inbox_remember(namespace, key, DatumGetObjectId(scope), consumer, message_id,
@@ -396,19 +394,19 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	}
 	PG_END_TRY();
 
-	if (strcmp(outcome, "process") == 0)
+	if (outcome == IDEM_INBOX_ANSWER_PROCESS)
 	{
 		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
-		PG_RETURN_TEXT_P(cstring_to_text(outcome));
+		PG_RETURN_TEXT_P(cstring_to_text(idem_inbox_answers[outcome]));
 	}
 	idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
-	if (strcmp(outcome, "duplicate") == 0)
+	if (outcome == IDEM_INBOX_ANSWER_DUPLICATE)
 		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
-	else if (strcmp(outcome, "dead") == 0)
+	else if (outcome == IDEM_INBOX_ANSWER_DEAD)
 		idem_count(IDEM_STAT_INBOX_DEAD, 1);
 	else
 		idem_count(IDEM_STAT_INBOX_MISMATCH, 1);
-	PG_RETURN_TEXT_P(cstring_to_text(outcome));
+	PG_RETURN_TEXT_P(cstring_to_text(idem_inbox_answers[outcome]));
 }
 
 /*
@@ -468,7 +466,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, false, true};
-	const char *outcome;
+	IdemInboxAnswer outcome;
 	int32		error_count = 0;
 	Datum		retry_after = (Datum) 0;
 	Datum		scope;
@@ -497,7 +495,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 										PointerGetDatum(message_id), known,
 										PG_GETARG_DATUM(2), false,
 										&error_count, &retry_after);
-	if (outcome == NULL)
+	if (outcome == IDEM_INBOX_NOT_RECORDED)
 	{
 		Datum		read[2] = {PointerGetDatum(key), scope};
 		bool		isnull;
@@ -506,7 +504,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 			elog(ERROR, "inbox message vanished while its failure was recorded");
 		outcome = strcmp(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 														   1, &isnull)), "done") == 0 ?
-			"duplicate" : "dead";
+			IDEM_INBOX_ANSWER_DUPLICATE : IDEM_INBOX_ANSWER_DEAD;
 		error_count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	}
 	if (known != NULL)
@@ -522,7 +520,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	/* Made after SPI_finish, which frees what was allocated inside SPI. */
-	result[0] = CStringGetTextDatum(outcome);
+	result[0] = CStringGetTextDatum(idem_inbox_answers[outcome]);
 	result[1] = Int32GetDatum(error_count);
 	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));

@@ -10,6 +10,7 @@
 #define IDEM_INBOX_INBOX_H
 
 #include "core/hashing.h"
+#include "core/protocol.h"
 #include "outbox/outbox.h"
 
 /* last_error of an attempt recorded when its session ended. */
@@ -55,8 +56,12 @@ extern void idem_inbox_mark_recorded(InboxAttempt *attempt);
 extern void idem_inbox_register_callbacks(void);
 extern void idem_inbox_init(void);
 
-/* inbox_failure.c: record one failed attempt; the caller is in SPI. */
-extern const char *idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope,
+/*
+ * inbox_failure.c: record one failed attempt; the caller is in SPI.  Answers
+ * retry or dead, or IDEM_INBOX_NOT_RECORDED.
+ */
+#define IDEM_INBOX_NOT_RECORDED IDEM_INBOX_NANSWERS
+extern IdemInboxAnswer idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope,
 											 Datum consumer, Datum message_id,
 											 InboxAttempt *known, Datum error,
 											 bool guarded, int32 *error_count,

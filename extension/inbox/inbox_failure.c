@@ -70,11 +70,11 @@ static IdemStatement record_failure = {
 
 /*
  * Record one failed attempt (fail, or an orphan with guarded = true).
- * Returns "retry" or "dead", or NULL when nothing was recorded: the
- * message is done or dead by now, or gone (or, guarded, its count moved:
- * recorded elsewhere).  Caller is in SPI.
+ * Returns retry or dead, or IDEM_INBOX_NOT_RECORDED when nothing was
+ * recorded: the message is done or dead by now, or gone (or, guarded, its
+ * count moved: recorded elsewhere).  Caller is in SPI.
  */
-const char *
+IdemInboxAnswer
 idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer,
 						  Datum message_id, InboxAttempt *known, Datum error,
 						  bool guarded, int32 *error_count, Datum *retry_after)
@@ -110,7 +110,7 @@ idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer
 
 	/* Not failed nor processing: done or dead by now, or gone. */
 	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
-		return NULL;
+		return IDEM_INBOX_NOT_RECORDED;
 
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -124,9 +124,9 @@ idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer
 		idem_outbox_stage_dead_letter(namespace, consumer, message_id, *error_count,
 									  last_error, error_null);
 		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
-		return "dead";
+		return IDEM_INBOX_ANSWER_DEAD;
 	}
 	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
 	idem_count(IDEM_STAT_INBOX_RETRY, 1);
-	return "retry";
+	return IDEM_INBOX_ANSWER_RETRY;
 }
