@@ -72,12 +72,15 @@ class Child:
         return self.p.returncode
 
 
-def wait_until_recorded(dsn, message_id):
-    """The killed consumer's backend has ended and recorded its attempt."""
+def wait_until_recorded(dsn, message_id, n):
+    """The state once the killed consumer's backend has ended and recorded
+    its attempt, the n-th failure (its 'processing' was never committed:
+    only the count tells)."""
     until = time.monotonic() + 60
     while time.monotonic() < until:
-        state = rows(dsn, "SELECT state FROM idem_inbox WHERE consumer = 'procs' AND message_id = %s", message_id)
-        if state and state[0][0] != "processing":
+        state = rows(dsn, "SELECT state, error_count FROM idem_inbox WHERE consumer = 'procs' AND message_id = %s",
+                     message_id)
+        if state and state[0][1] >= n:
             return state[0][0]
         time.sleep(0.02)
     raise AssertionError("the killed attempt at %s was never recorded" % message_id)
@@ -114,7 +117,7 @@ def test_the_cap_holds_when_consumers_are_killed_at_a_poison_message(proc_dsn):
         c = Child("consume", proc_dsn, 2, poison, poison)
         assert c.wait_for(lambda line: line.startswith("handling")), c.out
         c.kill()
-        assert wait_until_recorded(proc_dsn, poison) == ("failed" if attempt == 1 else "dead")
+        assert wait_until_recorded(proc_dsn, poison, attempt) == ("failed" if attempt == 1 else "dead")
     last = Child("consume", proc_dsn, 2, poison, poison)
     assert last.finish() == 0
     assert last.out == [poison + " dead"]  # answered dead; the handler did not run a third time
