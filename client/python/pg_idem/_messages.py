@@ -12,12 +12,10 @@ AsyncDriver carry the ops out; the protocols never do I/O themselves.
 import dataclasses
 import datetime
 import inspect
-import logging
 
 import psycopg
 from psycopg import pq
 
-log = logging.getLogger("pg_idem")
 
 ISOLATION = {None: "BEGIN", "read committed": "BEGIN", "repeatable read": "BEGIN ISOLATION LEVEL REPEATABLE READ",
              "serializable": "BEGIN ISOLATION LEVEL SERIALIZABLE"}
