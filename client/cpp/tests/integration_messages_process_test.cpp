@@ -2,7 +2,7 @@
 // their lease) in processes of their own (idem_messages_helper), against a
 // real server: every effect happens exactly once, nothing is lost, the
 // attempt cap holds, leased events come back after the lease, and a late
-// ack changes nothing (SCENARIOS #17, #18, #20). The Python and Node
+// ack changes nothing. The Python and Node
 // clients run the same scenarios (test_messaging_processes.py,
 // messaging-processes.test.js).
 #include "messages_test_support.hpp"

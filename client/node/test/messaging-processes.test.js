@@ -3,7 +3,7 @@
 // in processes of their own (messaging-child.js), against the real server:
 // every effect happens exactly once, nothing is lost, the attempt cap
 // holds, leased events come back after the lease, and a late ack changes
-// nothing (SCENARIOS #17, #18, #20).
+// nothing.
 
 const test = require('node:test');
 const assert = require('node:assert/strict');

@@ -1,8 +1,7 @@
 """Consumers and relays killed with SIGKILL (or stalled past their lease)
 in processes of their own (messaging_child.py), against the real server:
 every effect happens exactly once, nothing is lost, the attempt cap holds,
-leased events come back after the lease, and a late ack changes nothing
-(SCENARIOS #17, #18, #20)."""
+leased events come back after the lease, and a late ack changes nothing."""
 
 import datetime
 import json
