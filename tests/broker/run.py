@@ -22,7 +22,7 @@ the programs run as my_service_role. For each language:
              staged, its attempts at least the sum of their retry_after
              apart (the delay queue); 201's failures delayed it as long;
              the reused id was a mismatch and shipped nothing.
-  relay      3000 events staged; a relay publishes them to the consumers and
+  relay      1000 events staged; a relay publishes them to the consumers and
              is killed (SIGKILL) in the middle of a batch; another relay
              finishes and stops on SIGTERM. Every order is shipped exactly
              once, every event archived once, and the events the dead relay
@@ -265,7 +265,7 @@ class Lab:
         self.channel.queue_declare("dead_letters", durable=True)   # where idem.inbox.dead events go
         self.channel.queue_bind("dead_letters", "outbox", "idem.#")
         self.sql("SELECT count(*) FROM (SELECT idem_outbox_stage('orders.created', jsonb_build_object('order', g),"
-                 " key => 'order/' || (g % 100)) FROM generate_series(1001, 4000) g) s", user=run_examples.APP_ROLE)
+                 " key => 'order/' || (g % 100)) FROM generate_series(1001, 2000) g) s", user=run_examples.APP_ROLE)
         leased = []
         for attempt in range(5):
             r = self.start("relay." + self.ext, "relay-%d" % (attempt + 1))
@@ -283,9 +283,9 @@ class Lab:
             return
         lease_end = max(t for _, t in leased)
         finisher = self.start("relay." + self.ext, "relay-last")
-        if not self.wait("3000 events published and shipped", lambda: self.value(
-                "SELECT count(DISTINCT order_id) FROM shipments WHERE order_id > 1000") == "3000"
-                and self.value("SELECT count(*) FROM idem_outbox_archive WHERE topic = 'orders.created'") == "3000"):
+        if not self.wait("1000 events published and shipped", lambda: self.value(
+                "SELECT count(DISTINCT order_id) FROM shipments WHERE order_id > 1000") == "1000"
+                and self.value("SELECT count(*) FROM idem_outbox_archive WHERE topic = 'orders.created'") == "1000"):
             return
         check(self.kill(finisher, signal.SIGTERM) == 0, "%s relay: SIGTERM stops the relay cleanly" % L,
               self.output(finisher)[-2000:])
