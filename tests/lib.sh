@@ -45,7 +45,7 @@ python3 python3-psycopg python3-psycopg-pool python3-pytest python3-starlette
 python3-fastapi python3-flask python3-httpx python3-uvicorn python3-prometheus-client
 python3-setuptools python3-wheel python3-venv python3-pip nodejs
 pgbouncer postgresql-$DEBIAN_PG_MAJOR-plproxy postgresql-$DEBIAN_PG_MAJOR-auto-failover
-prometheus-postgres-exporter clang-tools valgrind"
+prometheus-postgres-exporter clang-tools valgrind rabbitmq-server python3-pika"
 
 say() { printf '\n== %s\n' "$*"; }
 

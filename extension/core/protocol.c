@@ -29,3 +29,17 @@ const IdemAttemptTransition idem_attempt_transitions[IDEM_ATTEMPT_NTRANSITIONS] 
 	{"failed", "reaped_no_blob", "pending", NULL, true},	/* idem_attempt_reopen (or an open of the same request) */
 	{"failed", "digest_mismatch", "pending", NULL, true},	/* idem_attempt_reopen (or an open of the same request) */
 };
+
+const char *const idem_inbox_answers[IDEM_INBOX_NANSWERS] = {
+	[IDEM_INBOX_ANSWER_PROCESS] = "process",
+	[IDEM_INBOX_ANSWER_DUPLICATE] = "duplicate",
+	[IDEM_INBOX_ANSWER_DEAD] = "dead",
+	[IDEM_INBOX_ANSWER_MISMATCH] = "mismatch",
+	[IDEM_INBOX_ANSWER_RETRY] = "retry",
+};
+
+const char *const idem_nack_outcomes[IDEM_NACK_NOUTCOMES] = {
+	[IDEM_NACK_RETRY] = "retry",
+	[IDEM_NACK_DEAD] = "dead",
+	[IDEM_NACK_STALE] = "stale",
+};

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.h
- *	  Claim outcomes and the attempts' state machine (protocol.c).
+ *	  Claim outcomes, the attempts' state machine, the inbox's answers and
+ *	  the outbox's nack outcomes (protocol.c).
  *
  * Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
  *
@@ -85,5 +86,33 @@ extern PGDLLIMPORT const IdemAttemptTransition idem_attempt_transitions[IDEM_ATT
 
 /* The legal moves in words, for IL005's hint. */
 #define IDEM_ATTEMPT_TRANSITIONS_TEXT "pending -> stored, stored -> promoted, promoted -> superseded, pending -> failed(reaped_no_blob), pending -> failed(digest_mismatch), pending -> failed(target_gone), stored -> failed(target_gone), failed(reaped_no_blob) -> pending, failed(digest_mismatch) -> pending"
+
+/* What idem_inbox_begin and idem_inbox_fail answer (their names: idem_inbox_answers). */
+typedef enum IdemInboxAnswer
+{
+	IDEM_INBOX_ANSWER_PROCESS,	/* from begin */
+	IDEM_INBOX_ANSWER_DUPLICATE,	/* from begin, fail */
+	IDEM_INBOX_ANSWER_DEAD,	/* from begin, fail */
+	IDEM_INBOX_ANSWER_MISMATCH,	/* from begin */
+	IDEM_INBOX_ANSWER_RETRY,	/* from fail */
+	IDEM_INBOX_NANSWERS
+} IdemInboxAnswer;
+
+extern PGDLLIMPORT const char *const idem_inbox_answers[IDEM_INBOX_NANSWERS];
+
+/* idem_inbox_begin's max_attempts: the default and the largest accepted. */
+#define IDEM_INBOX_DEFAULT_MAX_ATTEMPTS 5
+#define IDEM_INBOX_MAX_ATTEMPTS 1000
+
+/* What idem_outbox_nack answers (their names: idem_nack_outcomes). */
+typedef enum IdemNackOutcome
+{
+	IDEM_NACK_RETRY,
+	IDEM_NACK_DEAD,
+	IDEM_NACK_STALE,
+	IDEM_NACK_NOUTCOMES
+} IdemNackOutcome;
+
+extern PGDLLIMPORT const char *const idem_nack_outcomes[IDEM_NACK_NOUTCOMES];
 
 #endif							/* IDEM_CORE_PROTOCOL_H */

@@ -76,8 +76,6 @@ PG_FUNCTION_INFO_V1(idem_inbox_retry);
 PG_FUNCTION_INFO_V1(idem_inbox_prune);
 PG_FUNCTION_INFO_V1(idem_inbox_message_done);
 
-/* Largest max_attempts accepted. */
-#define INBOX_MAX_ATTEMPTS		1000
 #define PRUNE_MAX_BATCH			1000000
 
 /* How often begin re-reads a message that changed under it. */
@@ -247,7 +245,7 @@ message_scope(Oid namespace, bytea *key, Oid scope)
  * The decision of begin: write to take the message, and if that touched
  * nothing, read why.  Loops when the message changed in between.
  */
-static const char *
+static IdemInboxAnswer
 begin_message(Oid namespace, bytea *key, Datum scope, Oid caller_scope, text *consumer,
 			  text *message_id, bytea *payload_hash, int32 max_attempts)
 {
@@ -281,10 +279,10 @@ begin_message(Oid namespace, bytea *key, Datum scope, Oid caller_scope, text *co
 
 		/* A first delivery; waits for an in-flight first delivery. */
 		if (idem_execute(&insert_message, namespace, values, NULL, false, 1) == 1)
-			return "process";
+			return IDEM_INBOX_ANSWER_PROCESS;
 		/* A retry of a failed message. */
 		if (idem_execute(&start_attempt, namespace, take, NULL, false, 1) == 1)
-			return "process";
+			return IDEM_INBOX_ANSWER_PROCESS;
 
 		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
 			continue;			/* pruned, or its first delivery rolled back */
@@ -294,17 +292,17 @@ begin_message(Oid namespace, bytea *key, Datum scope, Oid caller_scope, text *co
 		error_count = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
 
 		if (!same_payload(row, desc, 2, payload_hash))
-			return "mismatch";
+			return IDEM_INBOX_ANSWER_MISMATCH;
 		if (strcmp(state, "done") == 0)
-			return "duplicate";
+			return IDEM_INBOX_ANSWER_DUPLICATE;
 		if (strcmp(state, "dead") == 0)
-			return "dead";
+			return IDEM_INBOX_ANSWER_DEAD;
 		if (strcmp(state, "failed") == 0 && error_count >= max_attempts)
 		{
 			if (idem_execute(&dead_at_begin, namespace, take, NULL, false, 1) == 1)
 			{
 				dead_letter(namespace, caller_scope, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-				return "dead";
+				return IDEM_INBOX_ANSWER_DEAD;
 			}
 		}
 		else if (strcmp(state, "processing") == 0)
@@ -319,28 +317,28 @@ begin_message(Oid namespace, bytea *key, Datum scope, Oid caller_scope, text *co
 			 errmsg("could not begin inbox message: it changed concurrently %d times",
 					BEGIN_MAX_ROUNDS),
 			 errhint("The transaction might succeed if retried.")));
-	return NULL;				/* keep compiler quiet */
+	pg_unreachable();
 }
 
 /*
  * Write the failures an adopted entry carried (a session that could not
  * record them handed them over), before begin decides: the message may be
- * dead by them.  Returns "dead" when it is (its dead letter staged), NULL
+ * dead by them.  Returns dead when it is (its dead letter staged), IDEM_INBOX_NOT_RECORDED
  * otherwise.  Caller is in SPI.
  */
-static const char *
+static IdemInboxAnswer
 adopt_failures(Oid namespace, const InboxHandOver *what, text *consumer, text *message_id,
 			   int32 adopted)
 {
 	int32		error_count;
 	Datum		retry_after;
-	const char *recorded;
+	IdemInboxAnswer recorded;
 
 	recorded = idem_inbox_record_failure(namespace, what, PointerGetDatum(consumer),
 										 PointerGetDatum(message_id), 0, adopted,
 										 CStringGetTextDatum(HANDED_OVER_ERROR),
 										 &error_count, &retry_after);
-	return recorded != NULL && strcmp(recorded, "dead") == 0 ? "dead" : NULL;
+	return recorded == IDEM_INBOX_ANSWER_DEAD ? recorded : IDEM_INBOX_NOT_RECORDED;
 }
 
 /*
@@ -386,14 +384,14 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	Datum		scope;
 	int32		max_attempts;
 	volatile int32 adopted = 0;
-	const char *outcome;
+	IdemInboxAnswer outcome;
 
 	idem_require_arg(fcinfo, 3, "max_attempts");
 	max_attempts = PG_GETARG_INT32(3);
-	if (max_attempts < 1 || max_attempts > INBOX_MAX_ATTEMPTS)
+	if (max_attempts < 1 || max_attempts > IDEM_INBOX_MAX_ATTEMPTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_attempts must be between 1 and %d", INBOX_MAX_ATTEMPTS),
+				 errmsg("max_attempts must be between 1 and %d", IDEM_INBOX_MAX_ATTEMPTS),
 				 errdetail("The max_attempts given is %d.", max_attempts)));
 	idem_require_served_schema(namespace);
 
@@ -410,8 +408,8 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	PG_TRY();
 	{
 		SPI_connect();
-		outcome = adopted > 0 ? adopt_failures(namespace, &what, consumer, message_id, adopted) : NULL;
-		if (outcome == NULL)
+		outcome = adopted > 0 ? adopt_failures(namespace, &what, consumer, message_id, adopted) : IDEM_INBOX_NOT_RECORDED;
+		if (outcome == IDEM_INBOX_NOT_RECORDED)
 			outcome = begin_message(namespace, key, scope, caller_scope, consumer, message_id,
 									payload_hash, max_attempts);
 		SPI_finish();
@@ -427,24 +425,24 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	 * An attempt keeps the entry until it is accounted for; so does a begin
 	 * that wrote adopted failures, until they commit.
 	 */
-	if (strcmp(outcome, "process") == 0 || adopted > 0)
+	if (outcome == IDEM_INBOX_ANSWER_PROCESS || adopted > 0)
 		(void) idem_inbox_remember(namespace, &what, consumer, message_id, adopted,
-								   strcmp(outcome, "process") == 0);
+								   outcome == IDEM_INBOX_ANSWER_PROCESS);
 
-	if (strcmp(outcome, "process") == 0)
+	if (outcome == IDEM_INBOX_ANSWER_PROCESS)
 	{
 		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
-		PG_RETURN_TEXT_P(cstring_to_text(outcome));
+		PG_RETURN_TEXT_P(cstring_to_text(idem_inbox_answers[outcome]));
 	}
 	if (adopted == 0)
 		idem_inbox_registry_release(what.scope, what.key);
-	if (strcmp(outcome, "duplicate") == 0)
+	if (outcome == IDEM_INBOX_ANSWER_DUPLICATE)
 		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
-	else if (strcmp(outcome, "dead") == 0)
+	else if (outcome == IDEM_INBOX_ANSWER_DEAD)
 		idem_count(IDEM_STAT_INBOX_DEAD, 1);
 	else
 		idem_count(IDEM_STAT_INBOX_MISMATCH, 1);
-	PG_RETURN_TEXT_P(cstring_to_text(outcome));
+	PG_RETURN_TEXT_P(cstring_to_text(idem_inbox_answers[outcome]));
 }
 
 /* This transaction's attempt at a message, for done: the caller's scope only. */
@@ -558,7 +556,7 @@ failing_attempt(Oid namespace, const bytea *key, Oid caller_scope, text *consume
  * (another delivery adopted the attempt and writes its failures).  Caller
  * is in SPI.
  */
-static const char *
+static IdemInboxAnswer
 answer_from_row(Oid namespace, bytea *key, Oid caller_scope, int32 *error_count,
 				Datum *retry_after)
 {
@@ -577,13 +575,13 @@ answer_from_row(Oid namespace, bytea *key, Oid caller_scope, int32 *error_count,
 	state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
 	*error_count = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
 	if (strcmp(state, "done") == 0)
-		return "duplicate";
+		return IDEM_INBOX_ANSWER_DUPLICATE;
 	if (strcmp(state, "dead") == 0)
-		return "dead";
+		return IDEM_INBOX_ANSWER_DEAD;
 	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
 	if (isnull)
 		*retry_after = (Datum) 0;
-	return "retry";
+	return IDEM_INBOX_ANSWER_RETRY;
 }
 
 /*
@@ -608,7 +606,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, false, true};
-	const char *outcome;
+	IdemInboxAnswer outcome;
 	int32		failures;
 	int32		error_count = 0;
 	Datum		retry_after = (Datum) 0;
@@ -622,12 +620,12 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 
 	attempt = failing_attempt(namespace, key, caller_scope, consumer, message_id, &failures);
 	SPI_connect();
-	outcome = attempt == NULL ? NULL :
+	outcome = attempt == NULL ? IDEM_INBOX_NOT_RECORDED :
 		idem_inbox_record_failure(namespace, &attempt->what, PointerGetDatum(consumer),
 								  PointerGetDatum(message_id), attempt->started_at,
 								  failures, PG_GETARG_DATUM(2),
 								  &error_count, &retry_after);
-	if (outcome == NULL)
+	if (outcome == IDEM_INBOX_NOT_RECORDED)
 		outcome = answer_from_row(namespace, key, caller_scope, &error_count, &retry_after);
 	if (attempt != NULL)
 		idem_inbox_mark_recorded(attempt);
@@ -642,7 +640,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	/* Made after SPI_finish, which frees what was allocated inside SPI. */
-	result[0] = CStringGetTextDatum(outcome);
+	result[0] = CStringGetTextDatum(idem_inbox_answers[outcome]);
 	result[1] = Int32GetDatum(error_count);
 	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));

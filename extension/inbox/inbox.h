@@ -12,6 +12,7 @@
 #define IDEM_INBOX_INBOX_H
 
 #include "core/hashing.h"
+#include "core/protocol.h"
 #include "outbox/outbox.h"
 
 #include "datatype/timestamp.h"
@@ -99,8 +100,12 @@ extern void idem_inbox_hand_back(InboxAttempt *attempt);
 extern bool idem_inbox_record_handed_over(Oid namespace);
 extern void idem_inbox_init(void);
 
-/* inbox_failure.c: record failed attempts; the caller is in SPI. */
-extern const char *idem_inbox_record_failure(Oid namespace, const InboxHandOver *what,
+/*
+ * inbox_failure.c: record failed attempts; the caller is in SPI.  Answers
+ * retry or dead, or IDEM_INBOX_NOT_RECORDED.
+ */
+#define IDEM_INBOX_NOT_RECORDED IDEM_INBOX_NANSWERS
+extern IdemInboxAnswer idem_inbox_record_failure(Oid namespace, const InboxHandOver *what,
 											 Datum consumer, Datum message_id,
 											 TimestampTz started_at, int32 failures,
 											 Datum error, int32 *error_count,

@@ -80,11 +80,11 @@ static IdemStatement record_failure = {
 /*
  * Record failures of the message what describes (begin's failed attempt,
  * or failures adopted or handed over): failures of them at once.  Returns
- * "retry" or "dead", or NULL when nothing was recorded: the message is
+ * retry or dead, or IDEM_INBOX_NOT_RECORDED when nothing was recorded: the message is
  * done or dead by now.  A dead letter goes to the scope of the role that
  * began the attempt.  Caller is in SPI.
  */
-const char *
+IdemInboxAnswer
 idem_inbox_record_failure(Oid namespace, const InboxHandOver *what, Datum consumer,
 						  Datum message_id, TimestampTz started_at, int32 failures,
 						  Datum error, int32 *error_count, Datum *retry_after)
@@ -121,7 +121,7 @@ idem_inbox_record_failure(Oid namespace, const InboxHandOver *what, Datum consum
 
 	/* Not failed nor processing: done or dead by now. */
 	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
-		return NULL;
+		return IDEM_INBOX_NOT_RECORDED;
 
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -135,9 +135,9 @@ idem_inbox_record_failure(Oid namespace, const InboxHandOver *what, Datum consum
 		idem_outbox_stage_dead_letter(namespace, what->caller_scope, consumer, message_id,
 									  *error_count, last_error, error_null);
 		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
-		return "dead";
+		return IDEM_INBOX_ANSWER_DEAD;
 	}
 	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
 	idem_count(IDEM_STAT_INBOX_RETRY, 1);
-	return "retry";
+	return IDEM_INBOX_ANSWER_RETRY;
 }

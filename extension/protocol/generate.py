@@ -20,6 +20,7 @@ import sys
 import tomllib
 
 import limits
+import messaging
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -81,6 +82,7 @@ def validate(p):
     for s in states:
         split_state(s)
     validate_client(p)
+    messaging.validate(p)
 
 
 def validate_client(p):
@@ -142,7 +144,8 @@ def gen_c_header(p):
         "/*-------------------------------------------------------------------------",
         " *",
         " * protocol.h",
-        " *\t  Claim outcomes and the attempts' state machine (protocol.c).",
+        " *\t  Claim outcomes, the attempts' state machine, the inbox's answers and",
+        " *\t  the outbox's nack outcomes (protocol.c).",
         " *",
         " * " + NOTE,
         " *",
@@ -225,6 +228,7 @@ def gen_c_header(p):
         "#define IDEM_ATTEMPT_TRANSITIONS_TEXT %s" % c_string(", ".join(
             "%s -> %s" % (t["from"], t["to"]) for t in p["attempt_transition"])),
         "",
+    ] + messaging.c_header(p) + [
         "#endif\t\t\t\t\t\t\t/* IDEM_CORE_PROTOCOL_H */",
         "",
     ]
@@ -262,7 +266,7 @@ def gen_c_source(p):
             c_string(fs), c_string(fr) if fr else "NULL", c_string(ts),
             c_string(tr) if tr else "NULL", "true" if t.get("next_generation") else "false",
             t["by"].replace("*/", "* /")))
-    lines += ["};", ""]
+    lines += ["};", ""] + messaging.c_source(p)
     return "\n".join(lines)
 
 
@@ -326,7 +330,8 @@ def gen_cpp(p):
     L += ["};", "", "// What the winner does with its handler's response.", "enum class storage_action", "{"]
     for a in ("finalize", "release", "fail"):
         L.append("    %s," % a)
-    L += ["};", "", "namespace protocol {", "",
+    L += ["};", ""] + messaging.cpp_types(p)
+    L += ["namespace protocol {", "",
           "inline constexpr std::string_view key_domain = %s;" % c_string(p["key"]["domain"]),
           "inline constexpr std::size_t max_key_bytes = %d;" % p["key"]["max_bytes"],
           "inline constexpr std::string_view problem_base = %s;" % c_string(p["problems"]["base"]),
@@ -440,8 +445,8 @@ def gen_cpp(p):
         else:
             L.append("    if (http_status >= %d && http_status <= %d)" % (lo, hi))
         L.append("        return storage_action::%s;" % a)
-    L += ["    return storage_action::%s;" % p["storage"]["default"], "}", "",
-          "}  // namespace protocol", "}  // namespace idem", ""]
+    L += ["    return storage_action::%s;" % p["storage"]["default"], "}", ""] + messaging.cpp_protocol(p)
+    L += ["}  // namespace protocol", "}  // namespace idem", ""]
     return "\n".join(L)
 
 
@@ -506,7 +511,7 @@ def gen_python(p):
           "    for lo, hi, action in STORAGE_RULES:",
           "        if lo <= status <= hi:",
           "            return action",
-          "    return STORAGE_DEFAULT", ""]
+          "    return STORAGE_DEFAULT", ""] + messaging.python(p) + [""]
     return "\n".join(L)
 
 
@@ -562,13 +567,14 @@ def gen_node(p):
           "function classify(status) {",
           "  for (const [lo, hi, action] of STORAGE_RULES) if (status >= lo && status <= hi) return action;",
           "  return STORAGE_DEFAULT;",
-          "}", "",
+          "}", ""] + messaging.node(p) + [
           "module.exports = {",
           "  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,",
           "  %s," % limits.NODE_EXPORTS,
           "  FINALIZE, RELEASE, FAIL, KeyStatus,",
           "  KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,",
           "  SQLSTATES, classify,",
+          "  " + messaging.NODE_EXPORTS + ",",
           "};", ""]
     return "\n".join(L)
 
@@ -608,6 +614,7 @@ def gen_conformance(p):
         "client": {"oldest_extension": p["client"]["oldest_extension"],
                    "validation_statuses": p["client"]["validation_statuses"]},
         **limits.conformance(p),
+        "messaging": messaging.conformance(p),
     }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
@@ -711,7 +718,7 @@ def gen_docs(p):
         L.append("| `%s` | `%s`%s | %s |" % (t["from"], t["to"],
                                             " (next generation)" if t.get("next_generation") else "", t["by"]))
     L.append("")
-    return "\n".join(L)
+    return "\n".join(L + messaging.docs(p))
 
 
 OUTPUTS = [
@@ -749,7 +756,7 @@ def check_install_sql(p):
 def main():
     check = "--check" in sys.argv[1:]
     p = load()
-    mismatches = check_install_sql(p)
+    mismatches = check_install_sql(p) + messaging.check_install(p, ROOT)
     if mismatches:
         print("\n".join(mismatches), file=sys.stderr)
         return 1

@@ -19,6 +19,10 @@ before it (docs/design.md, "Examples in the docs", is the convention):
                                      as the superuser, PGDATABASE=app
     <!-- example: cpp -->            compiled (g++ -std=c++17 -fsyntax-only)
                                      against client/cpp/include
+    <!-- example: python broker F --> a program needing a message broker (docs/
+    <!-- example: node broker F -->   guides/brokers.md): only compiled here; the
+                                     broker suite (tests/broker/run.py) runs it
+                                     as the file F against a real RabbitMQ
     <!-- not-run: the reason -->     for what cannot run here (a Citus cluster)
 
 (`<!-- getting-started:admin ... -->` and `<!-- getting-started:app ... -->`,
@@ -174,6 +178,8 @@ def parse_marker(b):
         raise ValueError("a ```%s block marked as a %s example" % (b.lang, kind))
     if kind == "sql" and (len(opts) != 1 or opts[0] not in ("admin", "app")):
         raise ValueError("a sql example is run as 'admin' or 'app': <!-- example: sql admin -->")
+    if "broker" in opts and (kind not in ("python", "node") or len(opts) != 2 or opts[0] != "broker"):
+        raise ValueError("a broker program is <!-- example: python broker FILE --> or node broker FILE")
     return kind, opts, prelude + "\n" if prelude.strip() else ""
 
 
@@ -302,7 +308,11 @@ class Runner:
         with open(path, "w", encoding="utf-8") as f:
             f.write(source)
         app = dict(PGDATABASE=DB, PGUSER=APP_ROLE)
-        if kind == "sql":
+        if opts[:1] == ["broker"]:
+            # Run by the broker suite against RabbitMQ; here it must compile.
+            cmd = [sys.executable, "-m", "py_compile", path] if kind == "python" else ["node", "--check", path]
+            env = self.env()
+        elif kind == "sql":
             user = APP_ROLE if opts[0] == "app" else None
             cmd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-P", "pager=off", "-d", DB, "-o", os.devnull,
                    "-f", path] + (["-U", user] if user else [])
@@ -485,6 +495,11 @@ psql -At -c "SELECT 1" | grep -qx 2
 idem::no_such_type t;
 ```
 
+<!-- example: python broker bad.py -->
+```python
+def consume(:   # a broker program is compiled here, run by the broker suite
+```
+
 ```sql
 SELECT 1;   -- no marker
 ```
@@ -514,7 +529,7 @@ SELECT 1/0;
 SELF_TEST_WANT = [
     "expected 'claim: replay'", "idem_no_such_function() does not exist", "permission denied for table idem_keys",
     "AssertionError: a wrong cache key", "expected 'claimed'", "Error: a wrong cache key", "bash\nexit status 1",
-    "no_such_type", "block without <!-- example", "a ```sql block marked as a python example",
+    "no_such_type", "SyntaxError", "block without <!-- example", "a ```sql block marked as a python example",
     "needs a reason", "division by zero",
 ]
 

@@ -6,11 +6,14 @@
 //
 //   idem_client_requests_total{outcome}   one per request (CLIENT_OUTCOMES)
 //   idem_client_events_total{event}       claim lifecycle events (EVENTS)
+//   and the inbox consumer's and outbox relay's (names in ./protocol):
+//   idem_client_inbox_messages_total{outcome}  one per delivery (InboxOutcome)
+//   idem_client_outbox_events_total{result}    a relay's batch counts (RELAY_COUNTS)
 //
 // Every label value starts at zero, so that rate() sees each series from
 // the first scrape.
 
-const { CLIENT_OUTCOMES, POOL } = require('./protocol');
+const { CLIENT_OUTCOMES, POOL, InboxOutcome, RELAY_COUNTS, MESSAGING_METRICS: M } = require('./protocol');
 
 // The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
 const EVENTS = Object.freeze(['claimed', 'recovered_ttl', 'recovered_abandoned', 'pending_wait', 'retryable_cooldown',
@@ -37,9 +40,20 @@ function prometheus({ registry, promClient } = {}) {
   });
   for (const outcome of CLIENT_OUTCOMES) requests.inc({ outcome }, 0);
   for (const event of EVENTS) events.inc({ event }, 0);
+  const counter = (name, help, label, values) => {
+    const c = existing(name) || new client.Counter({ name, help, labelNames: [label], registers });
+    for (const v of values) c.inc({ [label]: v }, 0);
+    return c;
+  };
+  const inbox = counter(M.inbox, M.inbox_help, M.inbox_label, Object.values(InboxOutcome));
+  const relay = counter(M.relay, M.relay_help, M.relay_label, RELAY_COUNTS);
   return {
     onOutcome: (outcome) => requests.inc({ outcome }),
     onEvent: (event) => events.inc({ event }),
+    onInbox: (outcome) => inbox.inc({ [M.inbox_label]: outcome }),
+    onRelay: (report) => {
+      for (const name of RELAY_COUNTS) if (report[name]) relay.inc({ [M.relay_label]: name }, report[name]);
+    },
   };
 }
 

@@ -111,10 +111,58 @@ function classify(status) {
   return STORAGE_DEFAULT;
 }
 
+// ---- messaging: the inbox's answers, a consumer's results, the relay ----
+
+// What idem_inbox_begin and idem_inbox_fail answer.
+const InboxAnswer = Object.freeze({
+  PROCESS: "process",
+  DUPLICATE: "duplicate",
+  DEAD: "dead",
+  MISMATCH: "mismatch",
+  RETRY: "retry",
+});
+
+// What a consumer reports for a delivery (result.outcome), also its metrics label.
+const InboxOutcome = Object.freeze({
+  PROCESSED: "processed",
+  DUPLICATE: "duplicate",
+  DEAD: "dead",
+  MISMATCH: "mismatch",
+  RETRY: "retry",
+  UNKNOWN: "unknown",
+});
+
+// What a consumer does with a delivery at its broker.
+const BrokerAction = Object.freeze({
+  ACK: "ack",
+  REQUEUE: "requeue",
+  REQUEUE_AFTER: "requeue_after",
+});
+
+// The consumer's result for each server answer (process: once done commits).
+const INBOX_RESULT_OF = Object.freeze({"process": "processed", "duplicate": "duplicate", "dead": "dead", "mismatch": "mismatch", "retry": "retry"});
+const BROKER_ACTION_OF = Object.freeze({"processed": "ack", "duplicate": "ack", "dead": "ack", "mismatch": "ack", "retry": "requeue_after", "unknown": "requeue"});
+const INBOX_DEFAULT_MAX_ATTEMPTS = 5;
+const INBOX_MAX_ATTEMPTS = 1000;
+
+// What idem_outbox_nack answers.
+const NackOutcome = Object.freeze({
+  RETRY: "retry",
+  DEAD: "dead",
+  STALE: "stale",
+});
+
+// The count of a relay's batch report that each nack outcome adds to.
+const NACK_COUNT = Object.freeze({"retry": "retried", "dead": "dead", "stale": "stale"});
+// What a relay's batch report counts, also its metrics label.
+const RELAY_COUNTS = Object.freeze(["claimed", "published", "acked", "lease_lost", "retried", "dead", "stale", "held_back", "expired", "abandoned"]);
+const MESSAGING_METRICS = Object.freeze({"inbox": "idem_client_inbox_messages_total", "inbox_label": "outcome", "inbox_help": "Deliveries handled by the pg_idem inbox consumer, by outcome.", "relay": "idem_client_outbox_events_total", "relay_label": "result", "relay_help": "Outbox events seen by the pg_idem relay, by what became of them."});
+
 module.exports = {
   KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,
   MISSING_PRINCIPAL, POOL, STARTUP,
   FINALIZE, RELEASE, FAIL, KeyStatus,
   KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,
   SQLSTATES, classify,
+  InboxAnswer, InboxOutcome, BrokerAction, INBOX_RESULT_OF, BROKER_ACTION_OF, INBOX_DEFAULT_MAX_ATTEMPTS, INBOX_MAX_ATTEMPTS, NackOutcome, NACK_COUNT, RELAY_COUNTS, MESSAGING_METRICS,
 };

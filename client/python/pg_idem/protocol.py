@@ -149,3 +149,78 @@ def classify(status):
         if lo <= status <= hi:
             return action
     return STORAGE_DEFAULT
+
+
+# ---- messaging: the inbox's answers, a consumer's results, the relay ----
+
+class InboxAnswer(str, enum.Enum):
+    """What idem_inbox_begin and idem_inbox_fail answer."""
+
+    PROCESS = "process"  # from begin
+    DUPLICATE = "duplicate"  # from begin, fail
+    DEAD = "dead"  # from begin, fail
+    MISMATCH = "mismatch"  # from begin
+    RETRY = "retry"  # from fail
+
+
+class InboxOutcome(str, enum.Enum):
+    """What a consumer reports for a delivery (InboxResult.outcome), also its metrics label."""
+
+    PROCESSED = "processed"
+    DUPLICATE = "duplicate"
+    DEAD = "dead"
+    MISMATCH = "mismatch"
+    RETRY = "retry"
+    UNKNOWN = "unknown"
+
+
+class BrokerAction(str, enum.Enum):
+    """What a consumer does with a delivery at its broker."""
+
+    ACK = "ack"
+    REQUEUE = "requeue"
+    REQUEUE_AFTER = "requeue_after"
+
+
+# The consumer's result for each server answer (process: once done commits).
+INBOX_RESULT_OF = {
+    InboxAnswer.PROCESS: InboxOutcome.PROCESSED,
+    InboxAnswer.DUPLICATE: InboxOutcome.DUPLICATE,
+    InboxAnswer.DEAD: InboxOutcome.DEAD,
+    InboxAnswer.MISMATCH: InboxOutcome.MISMATCH,
+    InboxAnswer.RETRY: InboxOutcome.RETRY,
+}
+BROKER_ACTION_OF = {
+    InboxOutcome.PROCESSED: BrokerAction.ACK,
+    InboxOutcome.DUPLICATE: BrokerAction.ACK,
+    InboxOutcome.DEAD: BrokerAction.ACK,
+    InboxOutcome.MISMATCH: BrokerAction.ACK,
+    InboxOutcome.RETRY: BrokerAction.REQUEUE_AFTER,
+    InboxOutcome.UNKNOWN: BrokerAction.REQUEUE,
+}
+INBOX_DEFAULT_MAX_ATTEMPTS = 5
+INBOX_MAX_ATTEMPTS = 1000
+
+
+class NackOutcome(str, enum.Enum):
+    """What idem_outbox_nack answers."""
+
+    RETRY = "retry"
+    DEAD = "dead"
+    STALE = "stale"
+
+
+# The count of a relay's batch report that each nack outcome adds to.
+NACK_COUNT = {
+    NackOutcome.RETRY: "retried",
+    NackOutcome.DEAD: "dead",
+    NackOutcome.STALE: "stale",
+}
+# What a relay's batch report counts (BatchReport's fields), also its metrics label.
+RELAY_COUNTS = ('claimed', 'published', 'acked', 'lease_lost', 'retried', 'dead', 'stale', 'held_back', 'expired', 'abandoned')
+INBOX_METRIC = "idem_client_inbox_messages_total"
+INBOX_METRIC_LABEL = "outcome"
+INBOX_METRIC_HELP = "Deliveries handled by the pg_idem inbox consumer, by outcome."
+RELAY_METRIC = "idem_client_outbox_events_total"
+RELAY_METRIC_LABEL = "result"
+RELAY_METRIC_HELP = "Outbox events seen by the pg_idem relay, by what became of them."

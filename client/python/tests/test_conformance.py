@@ -116,3 +116,20 @@ def test_the_server_computes_the_same_keys(db):
         got = db.execute("SELECT encode(idem_request_hash(%s::bytea), 'hex')",
                          (v["body"].encode("utf-8"),)).fetchone()[0]
         assert got == v["request_hash"], v
+
+
+def test_inbox_answers_results_and_broker_actions():
+    from pg_idem.inbox import Inbox, InboxResult, _answer
+    from pg_idem.outbox import BatchReport
+    m = SPEC["messaging"]
+    for a in m["inbox_answers"]:
+        assert protocol.INBOX_RESULT_OF[_answer(a["name"])] == a["result"]
+    with pytest.raises(RuntimeError):
+        _answer("no such answer")
+    assert [(r["name"], r["broker"]) for r in m["inbox_results"]] == [
+        (o.value, InboxResult(outcome=o).broker_action.value) for o in protocol.InboxOutcome]
+    assert Inbox("dbname=unused").settings.max_attempts == m["inbox"]["default_max_attempts"]
+    assert protocol.INBOX_MAX_ATTEMPTS == m["inbox"]["max_attempts"]
+    assert [n["name"] for n in m["nack_outcomes"]] == [o.value for o in protocol.NackOutcome]
+    assert list(BatchReport().as_dict()) == m["relay_counts"]
+    assert {n["name"]: n["count"] for n in m["nack_outcomes"]} == {k.value: v for k, v in protocol.NACK_COUNT.items()}

@@ -50,6 +50,25 @@ enum class storage_action
     fail,
 };
 
+// What idem::inbox::handle reports for a delivery, also its metrics label.
+enum class inbox_outcome
+{
+    processed,  // the handler ran and its effects committed with the record that the message is processed
+    duplicate,  // processed before, or by a concurrent delivery: the handler did not run
+    dead,  // attempts used up: its dead letter (topic idem.inbox.dead) is in the outbox; idem_inbox_retry revives it
+    mismatch,  // the message id was seen with another payload: nothing was written
+    retry,  // the handler or its transaction failed and the failure is recorded
+    unknown,  // the connection was lost (also during COMMIT): whether it committed is not known
+};
+
+// What a consumer does with a delivery at its broker (protocol::broker_action_of).
+enum class broker_action
+{
+    ack,            // acknowledge it: nothing is left to do with it
+    requeue,        // hand it back now: the redelivery settles it
+    requeue_after,  // deliver it again after inbox_result::retry_after
+};
+
 namespace protocol {
 
 inline constexpr std::string_view key_domain = "pg_idem key v1";
@@ -288,6 +307,117 @@ inline constexpr storage_action classify(int http_status) noexcept
         return storage_action::release;
     return storage_action::fail;
 }
+
+// The answers of idem_inbox_begin and idem_inbox_fail.
+enum class inbox_answer
+{
+    process,  // from begin
+    duplicate,  // from begin, fail
+    dead,  // from begin, fail
+    mismatch,  // from begin
+    retry,  // from fail
+    unknown,  // not one of the above: a newer server; treated as an error
+};
+
+inline constexpr std::array<std::string_view, 5> inbox_answers = {{"process", "duplicate", "dead", "mismatch", "retry"}};
+
+inline inbox_answer parse_inbox_answer(std::string_view text) noexcept
+{
+    for (std::size_t i = 0; i < inbox_answers.size(); ++i)
+        if (inbox_answers[i] == text)
+            return static_cast<inbox_answer>(i);
+    return inbox_answer::unknown;
+}
+
+// The consumer's result for a server answer (process: once done commits).
+inline constexpr inbox_outcome result_of(inbox_answer a) noexcept
+{
+    switch (a)
+    {
+    case inbox_answer::process:
+        return inbox_outcome::processed;
+    case inbox_answer::duplicate:
+        return inbox_outcome::duplicate;
+    case inbox_answer::dead:
+        return inbox_outcome::dead;
+    case inbox_answer::mismatch:
+        return inbox_outcome::mismatch;
+    case inbox_answer::retry:
+        return inbox_outcome::retry;
+    case inbox_answer::unknown:
+        break;
+    }
+    return inbox_outcome::unknown;
+}
+
+inline constexpr std::string_view name(inbox_outcome o) noexcept
+{
+    switch (o)
+    {
+    case inbox_outcome::processed:
+        return "processed";
+    case inbox_outcome::duplicate:
+        return "duplicate";
+    case inbox_outcome::dead:
+        return "dead";
+    case inbox_outcome::mismatch:
+        return "mismatch";
+    case inbox_outcome::retry:
+        return "retry";
+    case inbox_outcome::unknown:
+        return "unknown";
+    }
+    return "unknown";
+}
+
+inline constexpr broker_action broker_action_of(inbox_outcome o) noexcept
+{
+    switch (o)
+    {
+    case inbox_outcome::processed:
+        return broker_action::ack;
+    case inbox_outcome::duplicate:
+        return broker_action::ack;
+    case inbox_outcome::dead:
+        return broker_action::ack;
+    case inbox_outcome::mismatch:
+        return broker_action::ack;
+    case inbox_outcome::retry:
+        return broker_action::requeue_after;
+    case inbox_outcome::unknown:
+        return broker_action::requeue;
+    }
+    return broker_action::requeue;
+}
+
+inline constexpr int inbox_default_max_attempts = 5;
+inline constexpr int inbox_max_attempts = 1000;
+
+// The answers of idem_outbox_nack.
+enum class nack_outcome
+{
+    retry,  // attempts left: claimable again after the backoff (idem.outbox_backoff's step for its attempt)
+    dead,  // that was its last attempt (idem.outbox_max_attempts): dead, it no longer holds its key back
+    stale,  // the token no longer holds the event (its lease ran out and another claim took it, or it was acked); nothing changed
+    unknown,  // not one of the above: a newer server
+};
+
+inline nack_outcome parse_nack_outcome(std::string_view text) noexcept
+{
+    if (text == "retry")
+        return nack_outcome::retry;
+    if (text == "dead")
+        return nack_outcome::dead;
+    if (text == "stale")
+        return nack_outcome::stale;
+    return nack_outcome::unknown;
+}
+
+// The metric names of the consumers and relays (one series per inbox_outcome and
+// per batch_report count).
+inline constexpr std::string_view inbox_metric = "idem_client_inbox_messages_total";
+inline constexpr std::string_view relay_metric = "idem_client_outbox_events_total";
+inline constexpr std::array<std::string_view, 10> relay_counts = {{"claimed", "published", "acked", "lease_lost", "retried", "dead", "stale", "held_back", "expired", "abandoned"}};
 
 }  // namespace protocol
 }  // namespace idem
