@@ -97,14 +97,20 @@ build_and_install_extension() {
 # A private copy of the PostgreSQL installation at $1, laid out as under
 # /: binaries and libraries hard-linked (copied across file systems),
 # share copied, headers linked.  Any pg_idem file of an earlier system
-# install is left out.  A cached build (PG_PREFIX) is one directory.
+# install is left out.  A cached source build (PG_PREFIX) is one
+# directory; cached binary packages (PG_FROM=deb) are the usr/ tree around
+# PG_PREFIX (usr/lib/postgresql/N, usr/share/postgresql/N, the headers),
+# which the binaries find relative to themselves.
 stage_postgres() {
-    local stage=$1 lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR
+    local stage=$1 lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR tree
     if [ -n "$PG_PREFIX" ]; then
-        mkdir -p "$stage$(dirname "$PG_PREFIX")"
-        cp -al "$PG_PREFIX" "$stage$(dirname "$PG_PREFIX")/" 2>/dev/null ||
-            cp -a "$PG_PREFIX" "$stage$(dirname "$PG_PREFIX")/"
-        rm -rf "$stage$PG_PREFIX"/lib/pg_idem* "$stage$PG_PREFIX"/share/extension/pg_idem* \
+        tree=$PG_PREFIX
+        [ "$PG_FROM" = deb ] && tree=$(cd "$PG_PREFIX/../../.." && pwd)
+        share=$("$PG_PREFIX/bin/pg_config" --sharedir)
+        mkdir -p "$stage$(dirname "$tree")"
+        cp -al "$tree" "$stage$(dirname "$tree")/" 2>/dev/null ||
+            cp -a "$tree" "$stage$(dirname "$tree")/"
+        rm -rf "$stage$PG_PREFIX"/lib/pg_idem* "$stage$share"/extension/pg_idem* \
             "$stage$PG_PREFIX"/lib/bitcode/pg_idem*
         return 0
     fi
