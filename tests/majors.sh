@@ -281,11 +281,15 @@ major_private_runtime() {   # MAJOR VERSION DIR
     echo "runtime packages:$seen"
     rm -rf "$rt" "$debs"
     mkdir -p "$rt" "$debs"
-    (cd "$debs" && major_apt download $seen) || return 1
+    # (libc6-dbg: the symbols valgrind needs of the loader, below.)
+    (cd "$debs" && major_apt download $seen libc6-dbg) || return 1
+    [ "$(dpkg-deb -f "$debs"/libc6_*.deb Version)" = "$(dpkg-deb -f "$debs"/libc6-dbg_*.deb Version)" ] ||
+        rm -f "$debs"/libc6-dbg_*.deb
     for p in "$debs"/*.deb; do dpkg -x "$p" "$rt" || return 1; done
     rm -rf "$debs"
     interp=$(find "$rt" -name 'ld-linux*.so.*' -type f | head -1)
     [ -n "$interp" ] || { echo "no dynamic loader in the runtime"; return 1; }
+    major_runtime_debug_links "$rt"
     rpath=$rt/usr/lib/$multiarch:$rt/lib/$multiarch:$dir/usr/lib/$multiarch
     elves=$(find "$dir/usr" -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' \) \
         -exec sh -c 'head -c 4 "$1" | grep -q ELF && echo "$1"' sh {} \;)
@@ -306,6 +310,23 @@ major_private_runtime() {   # MAJOR VERSION DIR
         fi
     done
     [ "$missing" = 0 ]
+}
+
+# Valgrind (the valgrind suite) refuses a program whose dynamic loader has
+# no symbols (it must redirect the loader's strlen).  Debian's libraries
+# name their separate debug file by a debug link, which valgrind looks for
+# beside the library; libc6-dbg has them under /usr/lib/debug/.build-id:
+# link each where valgrind looks.
+major_runtime_debug_links() {   # RUNTIME
+    local rt=$1 f id name debug
+    for f in "$rt"/usr/lib/*/ld-linux*.so.* "$rt"/usr/lib/*/libc.so.6; do
+        [ -f "$f" ] && [ ! -L "$f" ] || continue
+        id=$(readelf -n "$f" 2>/dev/null | awk '/Build ID/ {print $3}')
+        name=$(readelf --string-dump=.gnu_debuglink "$f" 2>/dev/null | awk '/\[ *0\]/ {print $3}')
+        debug=$rt/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug
+        [ -n "$id" ] && [ -n "$name" ] && [ -f "$debug" ] && ln -f "$debug" "$(dirname "$f")/$name"
+    done
+    true
 }
 
 # The PGXS of a newer Debian, for this machine's compiler: its CFLAGS
