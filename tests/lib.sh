@@ -170,12 +170,41 @@ finish_workdir() {
     return "$rc"
 }
 
-# A copy of the source tree at $1 in $WORK/src, owned by the run user.
+# A copy of the source tree at $1 in $WORK/src, owned by the run user
+# (and the C++ client's kept copy refreshed, below).
 copy_tree() {
     mkdir -p "$WORK/src"
     (cd "$1" && tar --exclude=./.git --exclude=./build -cf - .) | (cd "$WORK/src" && tar -xf -)
     [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/src"
+    if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
+        mkdir -p "$PG_IDEM_CLIENT_BUILD/tree" || return 1
+        [ "$(id -u)" = 0 ] && chown postgres: "$PG_IDEM_CLIENT_BUILD" "$PG_IDEM_CLIENT_BUILD/tree"
+        (cd "$WORK/src" && tar --exclude='./client/node/node_modules' -cf - .) |
+            as_run_user tar -xf - -C "$PG_IDEM_CLIENT_BUILD/tree"
+    fi
     true
+}
+
+# Where the C++ client (client/cpp) is configured from and built.  make
+# test builds it in its scratch directory.  With PG_IDEM_CLIENT_BUILD (a
+# directory kept between runs, as .ci/run's runs on several majors keep
+# it) it is built there once: the client does not depend on the server's
+# major, so a later run finds it built (cmake rebuilds only what changed:
+# the copy of the tree it is configured from, refreshed by copy_tree,
+# keeps the files' times) and runs its tests against its own server.
+client_source() {
+    if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
+        echo "$PG_IDEM_CLIENT_BUILD/tree/client/cpp"
+    else
+        echo "$WORK/src/client/cpp"
+    fi
+}
+client_build() {
+    if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
+        echo "$PG_IDEM_CLIENT_BUILD/build"
+    else
+        echo "$WORK/client-build"
+    fi
 }
 
 # A free TCP port (the servers listen on a socket in $WORK as well).
@@ -218,7 +247,8 @@ stop_cluster() {
 # that run the storm against another language's service: the C++ suite's
 # build when it has one, else a build of just the demo targets. Prints its path.
 demo_storm_sender() {
-    local bin=$WORK/client-build/examples/demo/idem-demo-storm build=$WORK/storm-build
+    local bin build=$WORK/storm-build
+    bin=$(client_build)/examples/demo/idem-demo-storm
     [ -x "$bin" ] && { echo "$bin"; return 0; }
     bin=$build/examples/demo/idem-demo-storm
     [ -x "$bin" ] && { echo "$bin"; return 0; }
