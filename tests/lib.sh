@@ -178,9 +178,9 @@ copy_tree() {
     [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/src"
     if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
         mkdir -p "$PG_IDEM_CLIENT_BUILD/tree" || return 1
-        [ "$(id -u)" = 0 ] && chown postgres: "$PG_IDEM_CLIENT_BUILD" "$PG_IDEM_CLIENT_BUILD/tree"
         (cd "$WORK/src" && tar --exclude='./client/node/node_modules' -cf - .) |
-            as_run_user tar -xf - -C "$PG_IDEM_CLIENT_BUILD/tree"
+            tar -xf - -C "$PG_IDEM_CLIENT_BUILD/tree" || return 1
+        [ "$(id -u)" = 0 ] && chown -R postgres: "$PG_IDEM_CLIENT_BUILD"
     fi
     true
 }
