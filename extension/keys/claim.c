@@ -170,8 +170,9 @@ generation_base(void)
  * After a logical-replication cut-over the sequence starts below the
  * replicated generations (core/sequences.c): while it is young, when the
  * row taken over is not below the value drawn, or once a subscription
- * copies it (19), the sequence is caught up and the value drawn again.  A take-over's generation is above the
- * row's in any case, so the new owner passes every fence the old one set.
+ * copies it (19), the sequence is caught up and the value drawn again.  A
+ * take-over's generation is above the row's in any case, so the new owner
+ * passes every fence the old one set.
  */
 static int64
 next_generation(KeyTable *table, const KeyRow *row)
@@ -551,7 +552,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	req.lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
 	deadline = wait_deadline(fcinfo, 3);
 	req.in_transaction = in_transaction;
-	req.scope = idem_current_scope(namespace);
+	req.scope = idem_current_scope();
 	req.claim_id = NULL;
 
 	claim_key(namespace, &req, deadline, &answer);
@@ -593,7 +594,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
-	Oid			scope = idem_current_scope(namespace);
+	Oid			scope = idem_current_scope();
 	KeyTable   *table;
 	ClaimAnswer answer;
 
