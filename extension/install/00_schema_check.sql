@@ -8,8 +8,7 @@
 -- PostgreSQL 15 the database owner may create in.
 DO $schema_check$
 DECLARE
-    target CONSTANT pg_catalog.oid := (SELECT e.extnamespace FROM pg_catalog.pg_extension e
-                                        WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'::pg_catalog.name);
+    target CONSTANT pg_catalog.oid := '@extschema@'::pg_catalog.regnamespace::pg_catalog.oid;
     writers pg_catalog.text;
 BEGIN
     SELECT pg_catalog.string_agg(w.who, ', '::pg_catalog.text ORDER BY w.who)
