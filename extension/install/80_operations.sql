@@ -36,6 +36,16 @@ AS 'MODULE_PATHNAME', 'idem_stats_reset'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_stats_reset() IS 'zero every pg_idem counter';
 
+-- Which edition answers: 'c' (this library) or 'sql' (the SQL edition,
+-- docs/guides/managed-postgresql.md), so that a client's first-use check
+-- can say which it found.
+CREATE FUNCTION idem_edition()
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_edition'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idem_edition() IS
+    'the edition of pg_idem: c (the C library) or sql (the SQL edition)';
+
 CREATE FUNCTION idem_evict(cache_key bytea)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_evict'

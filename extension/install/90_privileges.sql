@@ -31,7 +31,7 @@ DO $privileges$
 DECLARE
     -- The request path: what an application role needs.
     client_functions CONSTANT pg_catalog.name[] := ARRAY[
-        'idem_key', 'idem_request_hash',
+        'idem_key', 'idem_request_hash', 'idem_edition',
         'idem_claim', 'idem_begin', 'idem_lookup', 'idem_renew',
         'idem_finalize', 'idem_release', 'idem_fail',
         'idem_outbox_stage', 'idem_outbox_claim', 'idem_outbox_ack',

@@ -21,7 +21,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $function$
 BEGIN
     IF TG_WHEN <> 'AFTER' OR TG_LEVEL <> 'ROW' OR TG_OP NOT IN ('INSERT', 'UPDATE') THEN
-        RAISE EXCEPTION USING ERRCODE = 'triggered_action_exception',
+        RAISE EXCEPTION USING ERRCODE = 'trigger_protocol_violated',
             MESSAGE = 'function "idem_keys_claim_finished" must be fired AFTER INSERT OR UPDATE FOR EACH ROW';
     END IF;
     -- Finished, released or taken over later in the transaction: fine.

@@ -190,9 +190,9 @@ def split_args(s):
     for ch in s:
         if ch == "'":
             quote = not quote
-        if not quote and ch == "(":
+        if not quote and ch in "([":
             depth += 1
-        elif not quote and ch == ")":
+        elif not quote and ch in ")]":
             depth -= 1
         if ch == "," and depth == 0 and not quote:
             out.append(cur)
