@@ -24,6 +24,10 @@ BEGIN
               FROM pg_catalog.pg_roles r
              WHERE NOT r.rolsuper
                AND NOT r.rolname OPERATOR(pg_catalog.~~) 'pg\_%'::pg_catalog.text
+               -- The installing role itself (the owner of what it creates):
+               -- on a managed service, where it is no superuser (the SQL
+               -- edition), it is the extension's owner, trusted as such.
+               AND r.rolname OPERATOR(pg_catalog.<>) CURRENT_USER
                AND pg_catalog.has_schema_privilege(r.oid, target, 'CREATE'::pg_catalog.text)) w;
     IF writers IS NOT NULL THEN
         RAISE WARNING 'schema "%" is writable by roles that are not superusers',

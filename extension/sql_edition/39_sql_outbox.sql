@@ -469,22 +469,22 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'batch must be between 1 and 1000000',
             DETAIL = pg_catalog.format('The batch given is %s.', v_batch);
     END IF;
-    WITH batch AS MATERIALIZED (
+    WITH picked AS MATERIALIZED (
         SELECT a.id FROM @extschema@.idem_outbox_archive a
          WHERE a.published_at < pg_catalog.clock_timestamp() - v_older_than
          LIMIT v_batch FOR UPDATE SKIP LOCKED)
     DELETE FROM @extschema@.idem_outbox_archive a
-     WHERE a.id = ANY (ARRAY(SELECT b.id FROM batch b))
+     WHERE a.id = ANY (ARRAY(SELECT b.id FROM picked b))
        AND a.published_at < pg_catalog.clock_timestamp() - v_older_than;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     IF v_deleted < v_batch THEN
-        WITH batch AS MATERIALIZED (
+        WITH picked AS MATERIALIZED (
             SELECT q.id FROM @extschema@.idem_outbox_queue q
              WHERE q.state IN ('published', 'dead')
                AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than
              LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
         DELETE FROM @extschema@.idem_outbox_queue q
-         WHERE q.id = ANY (ARRAY(SELECT b.id FROM batch b))
+         WHERE q.id = ANY (ARRAY(SELECT b.id FROM picked b))
            AND q.state IN ('published', 'dead')
            AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than;
         GET DIAGNOSTICS v_more = ROW_COUNT;

@@ -116,7 +116,7 @@ $function$
 
 -- {key_prefix}/{target}/{attempt_id}/g{generation}/{safe name}.
 -- @snippet object_key(prefix, target, attempt_id, generation, safe)
-%prefix% || '/' || %target% || '/' || %attempt_id%::pg_catalog.text || '/g' || %generation%::pg_catalog.text || '/' || %safe%
+(%prefix%) || '/' || (%target%) || '/' || (%attempt_id%)::pg_catalog.text || '/g' || (%generation%)::pg_catalog.text || '/' || (%safe%)
 -- @end
 
 -- @symbol idem_attempt_object_key
@@ -176,7 +176,7 @@ BEGIN
     END IF;
     {{check_path('key prefix', $3, 255)}}
     INSERT INTO @extschema@.idem_attempt_kinds AS k (kind, mode, key_prefix) VALUES ($1, $2, $3)
-    ON CONFLICT (kind) DO NOTHING;
+    ON CONFLICT ON CONSTRAINT idem_attempt_kinds_pkey DO NOTHING;
     IF FOUND THEN
         RETURN true;
     END IF;

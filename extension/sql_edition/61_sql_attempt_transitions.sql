@@ -406,14 +406,14 @@ AS $function$
 BEGIN
     {{batch_args($1, grace, $2, 'idem_attempt_reconcile_batch')}}
     RETURN QUERY
-    WITH batch AS MATERIALIZED (
+    WITH picked AS MATERIALIZED (
         SELECT a.attempt_id FROM @extschema@.idem_attempts a
          WHERE a.status IN ('pending', 'stored') AND GREATEST(a.updated_at, a.checked_at) < pg_catalog.clock_timestamp() - $1
          ORDER BY GREATEST(a.updated_at, a.checked_at)
          LIMIT $2 FOR UPDATE SKIP LOCKED)
     UPDATE @extschema@.idem_attempts a SET checked_at = pg_catalog.clock_timestamp()
-      FROM batch, @extschema@.idem_attempt_kinds k
-     WHERE a.attempt_id = batch.attempt_id AND k.kind = a.kind AND a.status IN ('pending', 'stored')
+      FROM picked, @extschema@.idem_attempt_kinds k
+     WHERE a.attempt_id = picked.attempt_id AND k.kind = a.kind AND a.status IN ('pending', 'stored')
     RETURNING a.attempt_id, a.generation, a.status, a.kind, k.mode, a.target, a.object_key, a.declared_digest;
 END
 $function$
@@ -436,14 +436,14 @@ DECLARE
 BEGIN
     {{batch_args($1, grace, $2, 'idem_attempt_sweep_batch')}}
     FOR v_row IN
-        WITH batch AS MATERIALIZED (
+        WITH picked AS MATERIALIZED (
             SELECT a.attempt_id FROM @extschema@.idem_attempts a
              WHERE a.swept_through < CASE WHEN a.status = 'failed' THEN a.generation ELSE a.generation - 1 END
                AND a.updated_at < pg_catalog.clock_timestamp() - $1
              ORDER BY a.updated_at
              LIMIT $2 FOR UPDATE SKIP LOCKED)
         SELECT a.attempt_id, g.generation, k.key_prefix, a.target, a.object_name
-          FROM batch JOIN @extschema@.idem_attempts a USING (attempt_id)
+          FROM picked p JOIN @extschema@.idem_attempts a ON a.attempt_id = p.attempt_id
           JOIN @extschema@.idem_attempt_kinds k ON k.kind = a.kind
          CROSS JOIN LATERAL pg_catalog.generate_series(a.swept_through + 1,
                CASE WHEN a.status = 'failed' THEN a.generation ELSE a.generation - 1 END) AS g(generation)
@@ -504,13 +504,13 @@ DECLARE
     v_deleted pg_catalog.int8;
 BEGIN
     {{batch_args($1, retention, $2, 'idem_attempt_prune')}}
-    WITH batch AS MATERIALIZED (
+    WITH picked AS MATERIALIZED (
         SELECT a.attempt_id FROM @extschema@.idem_attempts a
          WHERE a.status IN ('promoted', 'superseded', 'failed') AND a.updated_at < pg_catalog.clock_timestamp() - $1
            AND a.swept_through >= CASE WHEN a.status = 'failed' THEN a.generation ELSE a.generation - 1 END
          LIMIT $2 FOR UPDATE SKIP LOCKED)
-    DELETE FROM @extschema@.idem_attempts a USING batch
-     WHERE a.attempt_id = batch.attempt_id
+    DELETE FROM @extschema@.idem_attempts a USING picked
+     WHERE a.attempt_id = picked.attempt_id
        AND a.status IN ('promoted', 'superseded', 'failed') AND a.updated_at < pg_catalog.clock_timestamp() - $1
        AND a.swept_through >= CASE WHEN a.status = 'failed' THEN a.generation ELSE a.generation - 1 END;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;

@@ -1,0 +1,204 @@
+# Suite of tests/run.sh: the SQL edition (extension/sql_edition/), on a
+# server of its own as a managed service runs one (tests/sql_edition/
+# server.sh: no pg_idem library, pg_tle preloaded).  Sourced; uses count,
+# say, skip_suite, as_run_user, $WORK, $PGUSER, $PGPORT (the test
+# cluster, where the C edition runs, for the catalog comparison).
+#
+# Roles, as on a managed service: the superuser only creates pg_tle in
+# template1 and the roles below.
+#   idem_installer   CREATEROLE, CREATEDB, a member of pgtle_admin: the
+#                    rds_superuser-like role.  It registers the SQL edition
+#                    with pg_tle (pgtle.install_extension) in template1, so
+#                    every new database can CREATE EXTENSION pg_idem, and
+#                    runs the pg_regress and isolation suites, whose
+#                    CREATE EXTENSION creates idem_client and idem_admin.
+#   idem_owner       no attribute at all: owns a database and installs the
+#                    plain script there (psql -f); runs the pg_regress
+#                    tests that create no role.
+#
+# The tests are the C edition's own (sql/, tests/isolation/), those whose
+# contract the SQL edition keeps; where an output differs on purpose, the
+# expected file of tests/sql_edition/expected/ (or isolation/expected/)
+# replaces the C edition's, and the guide's table
+# (docs/guides/managed-postgresql.md) says why.
+
+# pg_regress tests run against the SQL edition (all but those of the C
+# edition's direct table access, maintenance under the library and
+# shared-memory counters).
+SQL_EDITION_REGRESS="key_vectors keys claims lifetime in_transaction scopes scope_role_identity
+evict_every_scope replay_toasted_body settings_bytes outbox outbox_scope outbox_drain_bad_input
+outbox_drain_scope outbox_drain_transactions inbox attempts attempts_scope hostile_attempts
+version_guard restricted_operations trigger_function_privileges"
+
+# Of those, the ones that create no role (the plain script's run as a role
+# without any attribute).
+SQL_EDITION_REGRESS_PLAIN="key_vectors lifetime in_transaction replay_toasted_body
+settings_bytes outbox inbox attempts version_guard"
+
+# The isolation specs of the races the SQL edition answers as the C
+# edition does.
+SQL_EDITION_ISOLATION="claim_first claim_two_stealers claim_concurrent_steals claim_stale_finalize
+claim_steal_vs_renew claim_renew_vs_finalize claim_fenced_finalize claim_cooldown_claimants
+claim_cleanup_races claim_deleted_while_waiting claim_generation_after_release claim_in_transaction
+claim_repeatable_read claim_serializable claim_followers claim_wait_wakeup claim_wait_cancel
+inbox_concurrent_delivery inbox_scope_no_blocking outbox_drainers outbox_stale_ack outbox_claim_skips
+outbox_key_order_producer attempt_duplicate_open attempt_late_put attempt_replace_race
+attempt_scope_no_blocking attempt_version_guard_race attempt_wrong_digest attempt_export_mismatch"
+
+suite_sql_edition() {
+    . "$WORK/src/tests/sql_edition/server.sh"
+    local out=$WORK/sql_edition log=$WORK/sql_edition.log
+    say "SQL edition: the scripts (extension/sql_edition/build.py), a server with pg_tle"
+    as_run_user mkdir -p "$out"
+    if ! (cd "$WORK/src" && as_run_user python3 extension/sql_edition/build.py plain "$out/pg_idem_sql.sql" &&
+          as_run_user python3 extension/sql_edition/build.py tle "$out/pg_idem_tle.sql") >"$log" 2>&1; then
+        cat "$log"
+        count "SQL edition: build" 0 1
+        return
+    fi
+    if ! sql_edition_start_server >>"$log" 2>&1; then
+        cat "$log"
+        count "SQL edition: server with pg_tle" 0 1
+        return
+    fi
+    if ! sql_edition_setup >>"$log" 2>&1; then
+        cat "$log"
+        count "SQL edition: install (pg_tle as idem_installer, plain script as idem_owner)" 0 1
+        sql_edition_stop_server
+        return
+    fi
+    count "SQL edition: install (pg_tle as idem_installer, plain script as idem_owner)" 1 0
+
+    sql_edition_catalog
+    sql_edition_pg_regress "pg_tle" idem_installer idem_sql_tle $SQL_EDITION_REGRESS
+    sql_edition_pg_regress "plain script" idem_owner idem_sql_plain $SQL_EDITION_REGRESS_PLAIN
+    sql_edition_isolation
+    sql_edition_stop_server
+}
+
+# Roles, pg_tle in template1, the SQL edition registered there by
+# idem_installer, and the plain script's database, installed by idem_owner.
+sql_edition_setup() {
+    sql_psql "$PGUSER" template1 <<'SQL'
+CREATE EXTENSION pg_tle;
+CREATE ROLE idem_installer LOGIN CREATEROLE CREATEDB;
+GRANT pgtle_admin TO idem_installer;
+CREATE ROLE idem_owner LOGIN;
+SQL
+    sql_psql idem_installer template1 -f "$WORK/sql_edition/pg_idem_tle.sql" >/dev/null || return 1
+    # The plain script: the roles exist by now (the pg_tle install of the
+    # catalog comparison creates them, as idem_installer may); a role
+    # without CREATEROLE cannot create them, and the script says so.
+    sql_psql idem_installer template1 -c "CREATE DATABASE idem_sql_catalog" &&
+        sql_psql idem_installer idem_sql_catalog -c "CREATE SCHEMA idem" -c "CREATE EXTENSION pg_idem SCHEMA idem" || return 1
+    sql_psql "$PGUSER" postgres -c "CREATE DATABASE idem_sql_plain OWNER idem_owner" || return 1
+    sql_psql idem_owner idem_sql_plain -v schema=public -f "$WORK/sql_edition/pg_idem_sql.sql" >/dev/null || return 1
+    # The databases of pg_regress and the isolation tester, made as they
+    # make theirs (their own way needs a superuser: ALTER DATABASE SET
+    # lc_messages), owned by idem_installer, who creates the extension.
+    local db
+    for db in idem_sql_tle idem_sql_isolation; do
+        sql_psql "$PGUSER" postgres -c "CREATE DATABASE $db OWNER idem_installer" \
+            -c "ALTER DATABASE $db SET lc_messages TO 'C'" -c "ALTER DATABASE $db SET lc_monetary TO 'C'" \
+            -c "ALTER DATABASE $db SET lc_numeric TO 'C'" -c "ALTER DATABASE $db SET lc_time TO 'C'" \
+            -c "ALTER DATABASE $db SET bytea_output TO 'hex'" -c "ALTER DATABASE $db SET timezone_abbreviations TO 'Default'" &&
+            sql_psql idem_installer "$db" -c "CREATE EXTENSION pg_idem" || return 1
+    done
+    sql_psql "$PGUSER" postgres -c "ALTER DATABASE idem_sql_plain SET lc_messages TO 'C'" \
+        -c "ALTER DATABASE idem_sql_plain SET bytea_output TO 'hex'" \
+        -c "ALTER DATABASE idem_sql_plain SET timezone_abbreviations TO 'Default'"
+}
+
+# The pg_regress input for the SQL edition: the C edition's sql/ and
+# expected/, with tests/sql_edition/expected/ replacing a file (and the
+# C edition's alternatives of it).  psql runs with SHOW_CONTEXT=never:
+# PL/pgSQL adds CONTEXT lines (the internal function's line) to every
+# error, which are no part of the contract.
+sql_edition_regress_input() {   # DIR SQLDIR EXPECTEDDIR OVERRIDEDIR
+    local dir=$1 f base
+    as_run_user mkdir -p "$dir/sql" "$dir/expected" "$dir/specs" "$dir/bin"
+    [ -d "$2" ] && as_run_user cp "$2"/* "$dir/$(basename "$2")/"
+    as_run_user cp "$3"/*.out "$dir/expected/"
+    for f in "$4"/*.out; do
+        [ -f "$f" ] || continue
+        base=$(basename "$f" .out)
+        as_run_user rm -f "$dir/expected/${base%_sql}"_*.out
+        as_run_user cp "$f" "$dir/expected/${base%_sql}.out"
+    done
+    as_run_user tee "$dir/bin/psql" >/dev/null <<WRAPPER
+#!/bin/sh
+exec "$SQL_BIN/psql" -v SHOW_CONTEXT=never "\$@"
+WRAPPER
+    as_run_user chmod 755 "$dir/bin/psql"
+}
+
+sql_edition_pg_regress() {   # LABEL ROLE DATABASE TESTS...
+    local label=$1 role=$2 db=$3 dir=$WORK/sql_regress_${2} log ok bad pgxs
+    shift 3
+    say "SQL edition: pg_regress through the $label, as $role"
+    sql_edition_regress_input "$dir" "$WORK/src/sql" "$WORK/src/expected" "$WORK/src/tests/sql_edition/expected"
+    pgxs=$(dirname "$("$SQL_BIN/pg_config" --pgxs)")/..
+    log=$dir/run.log
+    as_run_user "$pgxs/test/regress/pg_regress" --inputdir="$dir" --outputdir="$dir" --bindir="$dir/bin" \
+        --host="$WORK" --port="$SQL_PORT" --user="$role" --use-existing --dbname="$db" "$@" >"$log" 2>&1
+    local rc=$?
+    grep -E '\.\.\. |^(ok|not ok) [0-9]' "$log"
+    ok=$(grep -cE '\.\.\. ok|^ok [0-9]' "$log")
+    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]|failed \(ignored\)' "$log")
+    [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && { tail -n 20 "$log"; bad=1; }
+    [ "$bad" -gt 0 ] && [ -f "$dir/regression.diffs" ] && head -c 20000 "$dir/regression.diffs"
+    count "SQL edition: pg_regress ($label)" "$ok" "$bad"
+}
+
+sql_edition_isolation() {
+    local dir=$WORK/sql_isolation log ok bad pgxs
+    say "SQL edition: isolation specs through pg_tle, as idem_installer"
+    sql_edition_regress_input "$dir" "$WORK/src/tests/isolation/specs" "$WORK/src/tests/isolation/expected" \
+        "$WORK/src/tests/sql_edition/isolation"
+    pgxs=$(dirname "$("$SQL_BIN/pg_config" --pgxs)")/..
+    log=$dir/run.log
+    as_run_user "$pgxs/test/isolation/pg_isolation_regress" --inputdir="$dir" --outputdir="$dir" \
+        --bindir="$SQL_BIN" --host="$WORK" --port="$SQL_PORT" --user=idem_installer \
+        --use-existing --dbname=idem_sql_isolation $SQL_EDITION_ISOLATION >"$log" 2>&1
+    local rc=$?
+    grep -E '\.\.\. |^(ok|not ok) [0-9]' "$log"
+    ok=$(grep -cE '\.\.\. ok|^ok [0-9]' "$log")
+    bad=$(grep -cE '\.\.\. FAILED|^not ok [0-9]|failed \(ignored\)' "$log")
+    [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && { tail -n 20 "$log"; bad=1; }
+    [ "$bad" -gt 0 ] && [ -f "$dir/regression.diffs" ] && head -c 20000 "$dir/regression.diffs"
+    count "SQL edition: isolation (pg_tle)" "$ok" "$bad"
+}
+
+# The two editions' catalogs, compared: every function of the C edition
+# (the test cluster, CREATE EXTENSION pg_idem) has the SQL edition's
+# namesake with the same arguments, argument names, defaults and result
+# (pg_tle install, and the plain script's); the tables, columns,
+# constraints, indexes, views, triggers, types and grants are the same.
+# Only the SQL edition's internals (idem__*) are its own.
+sql_edition_catalog() {
+    local q=$WORK/src/tests/sql_edition/catalog.sql c=$WORK/sql_catalog_c.txt s=$WORK/sql_catalog_sql.txt p=$WORK/sql_catalog_plain.txt
+    say "SQL edition: its catalog against the C edition's"
+    as_run_user "$PG_BIN/psql" -X -q -h "$WORK" -p "$PGPORT" -d postgres \
+        -c "DROP DATABASE IF EXISTS idem_catalog_c" -c "CREATE DATABASE idem_catalog_c" >/dev/null &&
+        as_run_user "$PG_BIN/psql" -X -q -h "$WORK" -p "$PGPORT" -d idem_catalog_c \
+            -c "CREATE SCHEMA idem" -c "CREATE EXTENSION pg_idem SCHEMA idem" >/dev/null 2>&1
+    as_run_user "$PG_BIN/psql" -X -q -At -h "$WORK" -p "$PGPORT" -d idem_catalog_c -v schema=idem -f "$q" >"$c" 2>&1
+    sql_psql idem_installer idem_sql_catalog -At -v schema=idem -f "$q" >"$s" 2>&1
+    sql_psql idem_owner idem_sql_plain -At -v schema=public -f "$q" >"$p" 2>&1
+    local bad=0
+    if diff -u "$c" "$s" >"$WORK/sql_catalog.diff"; then
+        echo "ok   the pg_tle install's catalog is the C edition's ($(wc -l <"$c") lines)"
+    else
+        echo "FAIL the pg_tle install's catalog differs from the C edition's:"
+        head -n 80 "$WORK/sql_catalog.diff"
+        bad=$((bad + 1))
+    fi
+    if diff -u "$c" "$p" >"$WORK/sql_catalog_plain.diff"; then
+        echo "ok   the plain script's catalog is the C edition's"
+    else
+        echo "FAIL the plain script's catalog differs from the C edition's:"
+        head -n 80 "$WORK/sql_catalog_plain.diff"
+        bad=$((bad + 1))
+    fi
+    count "SQL edition: catalog against the C edition's" $((2 - bad)) "$bad"
+}
