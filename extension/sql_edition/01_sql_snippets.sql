@@ -212,7 +212,7 @@ END;
 -- Host declares g_value, g_base, g_highest bigint; target is a bigint.
 -- @snippet next_generation(target, row_generation)
 g_value := pg_catalog.nextval('@extschema@.idem_generation_seq'::pg_catalog.regclass);
-g_base := pg_catalog.current_setting('idem_sql.timeline_base', true)::pg_catalog.int8;
+g_base := NULLIF(pg_catalog.current_setting('idem_sql.timeline_base', true), '')::pg_catalog.int8;
 IF g_base IS NULL THEN
     BEGIN
         g_base := (('x' || pg_catalog.left(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 8))::pg_catalog.bit(32)::pg_catalog.int8 - 1) << 40;
@@ -238,4 +238,26 @@ IF g_value <= 1000 OR %target% <= %row_generation% THEN
     END IF;
 END IF;
 %target% := GREATEST(%target%, %row_generation% + 1);
+-- @end
+
+-- A fenced write (an UPDATE whose WHERE clause states what it expects of
+-- the row) that keeps no lock when it writes nothing.  Under READ
+-- COMMITTED an UPDATE that waited for another transaction's write locks
+-- the newest version before it checks its WHERE clause again, and keeps
+-- that lock when the check fails, until its transaction ends: a stale
+-- owner inside a longer transaction would stall the new owner's renew and
+-- finalize.  Run in a subtransaction that is rolled back when nothing was
+-- written, the lock goes with it (the C edition reads the row again
+-- without locking it).  Sets written bool.
+-- @snippet fenced(written, statement)
+%written% := false;
+BEGIN
+    %statement%;
+    %written% := FOUND;
+    IF NOT %written% THEN
+        RAISE EXCEPTION USING ERRCODE = 'no_data_found';
+    END IF;
+EXCEPTION WHEN no_data_found THEN
+    %written% := false;
+END;
 -- @end

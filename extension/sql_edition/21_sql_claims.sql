@@ -252,6 +252,7 @@ DECLARE
     v_attempts pg_catalog.int4 := 0;
     v_waiting pg_catalog.bool := false;
     v_poll_ms pg_catalog.int4 := 1;
+    v_written pg_catalog.bool;
 BEGIN
     {{digest_arg(p_cache_key, 1, cache_key, v_fn)}}
     {{digest_arg(p_request_hash, 2, request_hash, v_fn)}}
@@ -336,15 +337,15 @@ BEGIN
         v_claim_id := pg_catalog.gen_random_uuid();
         {{next_generation(v_generation, v_row.generation)}}
         v_now := pg_catalog.clock_timestamp();
-        UPDATE @extschema@.idem_keys AS k
+        {{fenced(v_written, UPDATE @extschema@.idem_keys AS k
            SET state = 'pending', request_hash = p_request_hash, claim_id = v_claim_id,
                generation = v_generation, lease_expires_at = v_now + v_lease, created_at = v_now,
                finished_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
                replayable = true, in_transaction = p_in_transaction
          WHERE k.ctid = v_row.row_ctid AND k.cache_key = p_cache_key AND k.scope = v_row.scope
            AND k.generation = v_row.generation AND k.state = v_row.state
-         RETURNING k.lease_expires_at INTO v_out.lease_expires_at;
-        IF FOUND THEN
+         RETURNING k.lease_expires_at INTO v_out.lease_expires_at)}}
+        IF v_written THEN
             v_out.outcome := v_outcome;
             v_out.retry_after := NULL;
             v_out.claim_id := v_claim_id;
@@ -444,14 +445,15 @@ DECLARE
     a_text pg_catalog.text;
     v_lease pg_catalog.interval;
     v_until pg_catalog.timestamptz;
+    v_written pg_catalog.bool;
 BEGIN
     {{fence_args('idem_renew')}}
     {{lease_arg(v_lease, p_lease, lease, false, idem.lease)}}
     {{caller_scope(p_caller)}}
-    UPDATE @extschema@.idem_keys AS k SET lease_expires_at = pg_catalog.clock_timestamp() + v_lease
+    {{fenced(v_written, UPDATE @extschema@.idem_keys AS k SET lease_expires_at = pg_catalog.clock_timestamp() + v_lease
      WHERE {{owned(k)}}
-     RETURNING k.lease_expires_at INTO v_until;
-    RETURN v_until;
+     RETURNING k.lease_expires_at INTO v_until)}}
+    RETURN CASE WHEN v_written THEN v_until END;
 END
 $function$;
 CREATE CAST (@extschema@.idem__renew_call AS pg_catalog.timestamptz) WITH FUNCTION @extschema@.idem__renew(@extschema@.idem__renew_call);
@@ -474,6 +476,7 @@ DECLARE
     s_scope pg_catalog.oid;
     v_max_bytes pg_catalog.int8;
     v_body pg_catalog.bytea;
+    v_written pg_catalog.bool;
 BEGIN
     {{fence_args('idem_finalize')}}
     {{null_arg(p_status, 3, status, 'idem_finalize')}}
@@ -502,12 +505,12 @@ BEGIN
     v_body := CASE WHEN p_body IS NULL THEN '\x'::pg_catalog.bytea
                    WHEN pg_catalog.octet_length(p_body) > v_max_bytes THEN NULL ELSE p_body END;
     {{caller_scope(p_caller)}}
-    UPDATE @extschema@.idem_keys AS k
+    {{fenced(v_written, UPDATE @extschema@.idem_keys AS k
        SET state = 'completed', response_status = p_status, response_headers = p_headers,
            response_body = v_body, replayable = v_body IS NOT NULL,
            finished_at = pg_catalog.clock_timestamp(), lease_expires_at = NULL
-     WHERE {{owned(k)}};
-    IF FOUND THEN
+     WHERE {{owned(k)}})}}
+    IF v_written THEN
         RETURN true;
     END IF;
     IF p_strict THEN
@@ -542,11 +545,12 @@ DECLARE
     p_claim_id CONSTANT pg_catalog.uuid := args.claim_id;
     p_caller CONSTANT pg_catalog.name := args.caller;
     s_scope pg_catalog.oid;
+    v_written pg_catalog.bool;
 BEGIN
     {{fence_args('idem_release')}}
     {{caller_scope(p_caller)}}
-    UPDATE @extschema@.idem_keys AS k SET {{tombstone()}} WHERE {{owned(k)}};
-    RETURN FOUND;
+    {{fenced(v_written, UPDATE @extschema@.idem_keys AS k SET {{tombstone()}} WHERE {{owned(k)}})}}
+    RETURN v_written;
 END
 $function$;
 CREATE CAST (@extschema@.idem__release_call AS pg_catalog.bool) WITH FUNCTION @extschema@.idem__release(@extschema@.idem__release_call);
@@ -568,15 +572,16 @@ DECLARE
     a_us pg_catalog.numeric;
     a_text pg_catalog.text;
     v_cooldown pg_catalog.interval;
+    v_written pg_catalog.bool;
 BEGIN
     {{fence_args('idem_fail')}}
     {{lease_arg(v_cooldown, p_cooldown, cooldown, true, idem.failure_cooldown)}}
     {{caller_scope(p_caller)}}
-    UPDATE @extschema@.idem_keys AS k
+    {{fenced(v_written, UPDATE @extschema@.idem_keys AS k
        SET state = 'failed', lease_expires_at = pg_catalog.clock_timestamp() + v_cooldown,
            finished_at = pg_catalog.clock_timestamp()
-     WHERE {{owned(k)}};
-    RETURN FOUND;
+     WHERE {{owned(k)}})}}
+    RETURN v_written;
 END
 $function$;
 CREATE CAST (@extschema@.idem__fail_call AS pg_catalog.bool) WITH FUNCTION @extschema@.idem__fail(@extschema@.idem__fail_call);

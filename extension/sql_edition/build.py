@@ -173,7 +173,11 @@ def expand(text, values, snippets, where, depth=0):
         s = re.match(r"(\w+)\((.*)\)$", inner, re.S) or re.match(r"(\w+)()$", inner)
         if s and s.group(1) in snippets:
             params, body = snippets[s.group(1)]
-            args = [a.strip() for a in split_args(s.group(2))] if s.group(2).strip() else []
+            args = split_args(s.group(2)) if s.group(2).strip() else []
+            if len(args) > len(params) and params:
+                # The last parameter takes the rest (a statement with commas).
+                args = args[:len(params) - 1] + [",".join(args[len(params) - 1:])]
+            args = [a.strip() for a in args]
             if len(args) != len(params):
                 fail("%s: {{%s}} takes %d arguments" % (where, s.group(1), len(params)))
             for p, a in zip(params, args):
@@ -181,7 +185,11 @@ def expand(text, values, snippets, where, depth=0):
             return expand(body.rstrip("\n"), values, snippets, where, depth + 1)
         fail("%s: unknown placeholder {{%s}}" % (where, inner))
 
-    return re.sub(r"\{\{(.*?)\}\}", one, text, flags=re.S)
+    # Innermost first: a placeholder's arguments may hold placeholders.
+    inner = re.compile(r"\{\{((?:(?!\{\{).)*?)\}\}", re.S)
+    while inner.search(text):
+        text = inner.sub(one, text)
+    return text
 
 
 def split_args(s):
