@@ -37,14 +37,16 @@ SQL_EDITION_REGRESS_PLAIN="key_vectors in_transaction replay_toasted_body settin
 outbox inbox attempts version_guard"
 
 # The isolation specs of the races the SQL edition answers as the C
-# edition does.
+# edition does, and its own (tests/sql_edition/isolation/specs/) where it
+# does not.
 SQL_EDITION_ISOLATION="claim_first claim_two_stealers claim_concurrent_steals claim_stale_finalize
 claim_steal_vs_renew claim_renew_vs_finalize claim_fenced_finalize claim_cooldown_claimants
 claim_cleanup_races claim_deleted_while_waiting claim_generation_after_release claim_in_transaction
 claim_repeatable_read claim_serializable claim_followers claim_wait_wakeup claim_wait_cancel
 inbox_scope_no_blocking outbox_drainers outbox_stale_ack outbox_claim_skips
 outbox_key_order_producer attempt_duplicate_open attempt_late_put attempt_replace_race
-attempt_scope_no_blocking attempt_version_guard_race attempt_wrong_digest attempt_export_mismatch"
+attempt_scope_no_blocking attempt_version_guard_race attempt_wrong_digest attempt_export_mismatch
+sql_inbox_delivery"
 
 suite_sql_edition() {
     . "$WORK/src/tests/sql_edition/server.sh"
@@ -120,6 +122,8 @@ sql_edition_regress_input() {   # DIR SQLDIR EXPECTEDDIR OVERRIDEDIR
     as_run_user mkdir -p "$dir/sql" "$dir/expected" "$dir/specs" "$dir/bin"
     [ -d "$2" ] && as_run_user cp "$2"/* "$dir/$(basename "$2")/"
     as_run_user cp "$3"/*.out "$dir/expected/"
+    # The SQL edition's own specs (races where it differs on purpose).
+    [ -d "$4/specs" ] && as_run_user cp "$4"/specs/*.spec "$dir/specs/"
     for f in "$4"/*.out; do
         [ -f "$f" ] || continue
         base=$(basename "$f" .out)
