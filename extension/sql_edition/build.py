@@ -4,6 +4,9 @@
     python3 extension/sql_edition/build.py plain OUT   a script for psql -f (-v schema=...)
     python3 extension/sql_edition/build.py tle OUT     a pg_tle installer (pgtle.install_extension)
     python3 extension/sql_edition/build.py script OUT  the extension script itself (what both wrap)
+    python3 extension/sql_edition/build.py update OUT  an update script's part: every function made again
+    python3 extension/sql_edition/build.py tle-update FROM TO OUT
+                                               a pg_tle update path (pgtle.install_update_path)
 
 The SQL edition is the C edition's install script with every C function
 given a body in SQL or PL/pgSQL: the tables, types, views, constraints,
@@ -237,8 +240,56 @@ def substitute(body, rel, symbols, befores, snippets, values, used):
     return "".join(out)
 
 
-def script():
-    """The SQL edition's extension script (with @extschema@ to substitute)."""
+def statements(text):
+    """text split into its top-level statements (quotes, dollar quotes and
+    comments respected), each with its trailing semicolon."""
+    out, start, i, n = [], 0, 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("--", i):
+            i = text.find("\n", i)
+            i = n if i < 0 else i
+        elif text.startswith("/*", i):
+            i = text.find("*/", i) + 2
+        elif c == "'":
+            i = text.find("'", i + 1) + 1
+            while i < n and text[i] == "'":
+                i = text.find("'", i + 1) + 1
+            continue
+        elif c == "$":
+            m = re.match(r"\$[A-Za-z_]*\$", text[i:])
+            if m:
+                i = text.find(m.group(0), i + len(m.group(0))) + len(m.group(0))
+                continue
+        elif c == ";":
+            out.append(text[start:i + 1].strip())
+            start = i + 1
+        i += 1
+    return [x for x in out if re.sub(r"--[^\n]*", "", x).strip(" \n;")]
+
+
+def definitions(text):
+    """An update's part of the script: every function (idem__* and the
+    extension's own) and the types and casts they use, made again with
+    their current definitions; nothing of the tables."""
+    out = []
+    for st in statements(text):
+        body = re.sub(r"^(--[^\n]*\n)+", "", st).lstrip()
+        if re.match(r"CREATE FUNCTION ", body):
+            out.append(body.replace("CREATE FUNCTION ", "CREATE OR REPLACE FUNCTION ", 1))
+        elif re.match(r"(CREATE TYPE @extschema@\.idem__|CREATE CAST|COMMENT ON FUNCTION)", body):
+            out.append(body)
+        elif "$stats_view$" in body:
+            m = re.search(r"CREATE FUNCTION @extschema@\.%I\((.*?)\) RETURNS (.*?) %s', hidden,\s*"
+                          r"\$definition\$(.*?)\$definition\$", body, re.S)
+            out.append("CREATE OR REPLACE FUNCTION @extschema@.idem_stats(%s) RETURNS %s %s;" % (
+                re.sub(r"'\s*'", "", m.group(1)), m.group(2), m.group(3).strip()))
+    return "\n\n".join(out) + "\n"
+
+
+def script(update=False):
+    """The SQL edition's extension script (with @extschema@ to substitute);
+    update: what an update script makes again (see definitions())."""
     p = generate.load()
     values = protocol_values(p)
     values.update(setting_values())
@@ -250,6 +301,8 @@ def script():
     order = sorted(c_pieces + [(os.path.basename(x), x) for x in own], key=lambda t: (t[0][:2], t[1].startswith(HERE)))
     for name, path in order:
         rel = os.path.relpath(path, ROOT)
+        if update and name[:2] in ("05", "90"):
+            continue   # the preload notice; the privileges come last, below
         if path.startswith(HERE):
             body = expand(extras[path], values, snippets, rel)
         else:
@@ -258,15 +311,44 @@ def script():
 
             body = substitute(body, rel, symbols, befores, snippets, values, used)
         parts.append("\n-- %s\n%s" % (rel, body.strip("\n")))
-    unused = sorted((set(symbols) | set(befores)) - used)
+    unused = sorted((set(symbols) | set(befores)) - used - ({"idem_preload_notice"} if update else set()))
     if unused:
         fail("definitions no C function uses: %s" % ", ".join(unused))
     text = "\n".join(parts) + "\n"
+    if update:
+        with open(os.path.join(INSTALL, "90_privileges.sql"), encoding="utf-8") as f:
+            text = UPDATE_PROLOGUE + definitions(text) + "\n-- extension/install/90_privileges.sql\n" + f.read()
     for tag in (TLE_TAG, PLAIN_TAG, PLAIN_DO_TAG):
         if tag in text:
             fail("the script must not contain %s" % tag)
     return text
 
+
+# An update drops the internal functions (their casts go with them) and
+# types, and makes them again from this version's pieces: they are no
+# part of the contract, and a function whose arguments changed could not
+# be replaced.  The extension's own functions keep their OIDs (CREATE OR
+# REPLACE), and with them the grants and the views that use them.
+UPDATE_PROLOGUE = """-- The SQL edition's internals, made again below.
+DO $drop_internals$
+DECLARE
+    target CONSTANT pg_catalog.oid := '@extschema@'::pg_catalog.regnamespace::pg_catalog.oid;
+    obj record;
+BEGIN
+    FOR obj IN SELECT p.oid::pg_catalog.regprocedure::pg_catalog.text AS signature FROM pg_catalog.pg_proc p
+                WHERE p.pronamespace OPERATOR(pg_catalog.=) target
+                  AND p.proname OPERATOR(pg_catalog.~~) 'idem\\_\\_%'::pg_catalog.text LOOP
+        EXECUTE pg_catalog.format('DROP FUNCTION %s CASCADE', obj.signature);
+    END LOOP;
+    FOR obj IN SELECT t.oid::pg_catalog.regtype::pg_catalog.text AS name FROM pg_catalog.pg_type t
+                WHERE t.typnamespace OPERATOR(pg_catalog.=) target AND t.typtype OPERATOR(pg_catalog.=) 'c'::pg_catalog."char"
+                  AND t.typname OPERATOR(pg_catalog.~~) 'idem\\_\\_%'::pg_catalog.text LOOP
+        EXECUTE pg_catalog.format('DROP TYPE %s', obj.name);
+    END LOOP;
+END
+$drop_internals$;
+
+"""
 
 HEADER = "-- pg_idem %s, SQL edition: generated by extension/sql_edition/build.py from\n" \
          "-- extension/install/ and extension/sql_edition/ (edit those files).\n"
@@ -322,12 +404,29 @@ SELECT pgtle.install_extension(
 """ % {"v": version(), "vl": sql_literal(version()), "tag": TLE_TAG, "script": text}
 
 
+def tle_update(text, from_version, to_version):
+    """A pg_tle update path (pgtle.install_update_path) to this version."""
+    return (HEADER % version()) + """--
+-- Register (as a member of pgtle_admin), then ALTER EXTENSION pg_idem UPDATE TO %(to)s:
+SELECT pgtle.install_update_path('pg_idem', %(from)s, %(to)s,
+%(tag)s
+%(script)s%(tag)s);
+""" % {"from": sql_literal(from_version), "to": sql_literal(to_version), "tag": TLE_TAG, "script": text}
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("plain", "tle", "script"):
+    if len(sys.argv) == 5 and sys.argv[1] == "tle-update":
+        out = tle_update(script(update=True), sys.argv[2], sys.argv[3])
+        target = sys.argv[4]
+    elif len(sys.argv) == 3 and sys.argv[1] in ("plain", "tle", "script", "update"):
+        if sys.argv[1] == "update":
+            out = (HEADER % version()) + script(update=True)
+        else:
+            out = {"plain": plain, "tle": tle, "script": lambda t: (HEADER % version()) + t}[sys.argv[1]](script())
+        target = sys.argv[2]
+    else:
         sys.exit(__doc__)
-    text = script()
-    out = {"plain": plain, "tle": tle, "script": lambda t: (HEADER % version()) + t}[sys.argv[1]](text)
-    with open(sys.argv[2], "w", encoding="utf-8") as f:
+    with open(target, "w", encoding="utf-8") as f:
         f.write(out)
 
 

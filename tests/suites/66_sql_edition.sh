@@ -73,10 +73,99 @@ suite_sql_edition() {
     count "SQL edition: install (pg_tle as idem_installer, plain script as idem_owner)" 1 0
 
     sql_edition_catalog
+    sql_edition_update
     sql_edition_pg_regress "pg_tle" idem_installer idem_sql_tle $SQL_EDITION_REGRESS
     sql_edition_pg_regress "plain script" idem_owner idem_sql_plain $SQL_EDITION_REGRESS_PLAIN
     sql_edition_isolation
+    sql_edition_storms
     sql_edition_stop_server
+}
+
+# An update through pg_tle, as idem_installer: pgtle.install_update_path
+# with what every update of the SQL edition does (its internals and every
+# function made again, the privileges again; build.py tle-update), from
+# this version to a test version, with keys in flight.  The pending claim
+# is finished by its owner after the update, the finished one replays,
+# and the catalog is still the C edition's.
+sql_edition_update() {
+    local db=idem_sql_update out=$WORK/sql_update.txt ok=0 bad=0
+    say "SQL edition: an update through pgtle.install_update_path, as idem_installer, with keys in flight"
+    (cd "$WORK/src" && as_run_user python3 extension/sql_edition/build.py tle-update \
+        "$(sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" extension/pg_idem.control)" 99.0.0-update-check \
+        "$WORK/sql_edition/pg_idem_tle_update.sql") &&
+    sql_psql "$PGUSER" postgres -c "CREATE DATABASE $db OWNER idem_installer" &&
+    sql_psql idem_installer "$db" -At -v update_script="$WORK/sql_edition/pg_idem_tle_update.sql" >"$out" 2>&1 <<'SQL' || { cat "$out"; count "SQL edition: pg_tle update path" 0 1; return; }
+CREATE SCHEMA idem;
+CREATE EXTENSION pg_idem SCHEMA idem;
+SET search_path = idem;
+CREATE TEMP TABLE before_update AS
+SELECT c.claim_id FROM idem_claim(idem_key('u', 'POST', '/p', 'in-flight'), idem_request_hash('a')) c;
+SELECT idem_finalize(idem_key('u', 'POST', '/p', 'done'), claim_id, 201, NULL, 'paid')
+  FROM idem_claim(idem_key('u', 'POST', '/p', 'done'), idem_request_hash('a'));
+\i :update_script
+ALTER EXTENSION pg_idem UPDATE TO '99.0.0-update-check';
+SELECT 'version ' || extversion FROM pg_extension WHERE extname = 'pg_idem';
+SELECT 'finalized after the update: ' || idem_finalize(idem_key('u', 'POST', '/p', 'in-flight'), claim_id, 200, NULL, 'ok')
+  FROM before_update;
+SELECT 'replays after the update: ' || outcome || ' ' || convert_from(response_body, 'UTF8')
+  FROM idem_claim(idem_key('u', 'POST', '/p', 'done'), idem_request_hash('a'));
+SQL
+    cat "$out"
+    for want in "version 99.0.0-update-check" "finalized after the update: true" "replays after the update: replay paid"; do
+        if grep -qx "$want" "$out"; then ok=$((ok + 1)); else echo "FAIL: no \"$want\""; bad=$((bad + 1)); fi
+    done
+    sql_psql idem_installer "$db" -At -v schema=idem -f "$WORK/src/tests/sql_edition/catalog.sql" >"$WORK/sql_catalog_update.txt" 2>&1
+    if diff -u "$WORK/sql_catalog_c.txt" "$WORK/sql_catalog_update.txt" >"$WORK/sql_catalog_update.diff"; then
+        echo "ok   the updated catalog is the C edition's"
+        ok=$((ok + 1))
+    else
+        echo "FAIL the updated catalog differs from the C edition's:"
+        head -n 60 "$WORK/sql_catalog_update.diff"
+        bad=$((bad + 1))
+    fi
+    count "SQL edition: pg_tle update path" "$ok" "$bad"
+}
+
+# The pooling suite's duplicate storms of the three clients' one-line
+# setups (tests/pooling/), direct and behind PgBouncer in transaction
+# mode, pointed at this server: every database they make from template1
+# (and postgres, where the Python storm runs) has pg_tle's registration of
+# the SQL edition, so their CREATE EXTENSION pg_idem installs it.
+sql_edition_storms() {
+    local saved=$PGPORT script name
+    [ -f "$WORK/src/tests/pooling/pgbouncer.sh" ] || return 0
+    PGPORT=$SQL_PORT
+    # Their counts say they ran against the SQL edition.
+    eval "$(declare -f count | sed '1s/^count/sql_edition_count/')"
+    count() { sql_edition_count "SQL edition: $1" "$2" "$3"; }
+    . "$WORK/src/tests/pooling/pgbouncer.sh"
+    say "SQL edition: the clients' storms (tests/pooling), PgBouncer in transaction mode"
+    if ! start_pgbouncer; then
+        count "pgbouncer start" 0 1
+        eval "$(declare -f sql_edition_count | sed '1s/^sql_edition_count/count/')"
+        PGPORT=$saved
+        return
+    fi
+    if as_run_user timeout 300 "${PYTHON:-/usr/bin/python3}" "$WORK/src/tests/pooling/python_storm.py" \
+            --dsn "host=$WORK port=$PGPORT user=$PGUSER dbname=postgres" --pgbouncer "$PGBOUNCER" \
+            >"$WORK/sql_storm_python.log" 2>&1; then
+        cat "$WORK/sql_storm_python.log"
+        count "Python storm" 1 0
+    else
+        cat "$WORK/sql_storm_python.log"
+        count "Python storm" 0 1
+    fi
+    for script in "$WORK"/src/tests/pooling/storm_*.sh; do
+        [ -f "$script" ] || continue
+        . "$script"
+        name=$(basename "$script" .sh)
+        "$name"
+    done
+    stop_pgbouncer
+    . "$WORK/src/tests/pooling/node_storm.sh"
+    pooling_node_storm
+    eval "$(declare -f sql_edition_count | sed '1s/^sql_edition_count/count/')"
+    PGPORT=$saved
 }
 
 # Roles, pg_tle in template1, the SQL edition registered there by
@@ -88,7 +177,9 @@ CREATE ROLE idem_installer LOGIN CREATEROLE CREATEDB;
 GRANT pgtle_admin TO idem_installer;
 CREATE ROLE idem_owner LOGIN;
 SQL
-    sql_psql idem_installer template1 -f "$WORK/sql_edition/pg_idem_tle.sql" >/dev/null || return 1
+    sql_psql "$PGUSER" postgres -c "CREATE EXTENSION pg_tle" || return 1
+    sql_psql idem_installer template1 -f "$WORK/sql_edition/pg_idem_tle.sql" >/dev/null &&
+        sql_psql idem_installer postgres -f "$WORK/sql_edition/pg_idem_tle.sql" >/dev/null || return 1
     # The plain script: the roles exist by now (the pg_tle install of the
     # catalog comparison creates them, as idem_installer may); a role
     # without CREATEROLE cannot create them, and the script says so.

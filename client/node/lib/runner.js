@@ -63,6 +63,12 @@ class Runner {
     return this.setup ? this.setup.serverWait : null;
   }
 
+  // Which edition the first-use check found: 'c' (the library) or 'sql'
+  // (the SQL edition); null before it, and through a router.
+  get edition() {
+    return this.setup ? this.setup.edition : null;
+  }
+
   // The first-use check (./setup): the extension, its version, the role's
   // privileges and path, the lease within idem.max_lease. Resolves once it
   // passed (then never again); rejects with a SetupError saying what to fix.

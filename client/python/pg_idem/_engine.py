@@ -17,7 +17,7 @@ import time
 import psycopg
 
 from . import protocol
-from ._checks import Reporter, log, router_refusal, verify
+from ._checks import Reporter, describe_edition, edition_sql, log, router_refusal, verify
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -155,6 +155,7 @@ class Engine:
         self.sql = Statements(self.cfg.schema)
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
         self.router = False  # the server is a PL/Proxy router (no extension), once checked
+        self.edition = None  # "c" or "sql" (idem_edition()), once checked; None for a router
 
     # ---- shared pieces ----------------------------------------------------------
 
@@ -206,7 +207,13 @@ class Engine:
         StoreMisconfigured with the fix when it is not usable."""
         if self.server_wait is None or again:
             t = yield Query(conn, self.sql.preflight, None, False)
-            claim_wait, begin_wait, self.router = verify(t, self.cfg, conn.info.dbname)
+            claim_wait, begin_wait, self.router, edition_schema = verify(t, self.cfg, conn.info.dbname)
+            if edition_schema is not None:
+                e = yield Query(conn, edition_sql(edition_schema), None, False)
+                self.edition = e[0]
+                log.info(describe_edition(self.edition, t[0], edition_schema))
+            else:
+                self.edition = None if self.router else "c"
             self.server_wait = (False, False) if self.cfg.server_wait is False else (claim_wait, begin_wait)
         return self.server_wait
 

@@ -147,6 +147,12 @@ class AsyncRunner:
     def config(self):
         return self.engine.cfg
 
+    @property
+    def edition(self):
+        """Which edition answered the first-use check: "c" (the library) or
+        "sql" (the SQL edition); None before it, and through a router."""
+        return self.engine.edition
+
     async def check(self):
         """The check the first request makes, now (call it at start-up):
         the extension is installed, new enough, callable by this role and on
