@@ -362,13 +362,18 @@ def plain(text):
     return (HEADER % version()) + r"""--
 -- Install:  psql -v ON_ERROR_STOP=1 -v schema=idem -f pg_idem_sql-%(v)s.sql
 -- (schema defaults to idem; it is created when missing).  One transaction:
--- it installs completely or not at all.
+-- it installs completely or not at all.  With -v within_transaction=1 (or
+-- \set within_transaction 1 before \i) it runs in the caller's open
+-- transaction instead, as moving from the C edition does.
 \set ON_ERROR_STOP 1
 \if :{?schema}
 \else
 \set schema idem
 \endif
+\if :{?within_transaction}
+\else
 BEGIN;
+\endif
 CREATE SCHEMA IF NOT EXISTS :"schema";
 SELECT pg_catalog.set_config('pg_idem.install_schema', :'schema', true) IS NOT NULL AS installing \gset
 DO %(do)s
@@ -387,7 +392,11 @@ BEGIN
 %(script)s%(tag)s, '@extschema@', pg_catalog.quote_ident(target));
 END
 %(do)s;
+RESET search_path;
+\if :{?within_transaction}
+\else
 COMMIT;
+\endif
 """ % {"v": version(), "tag": PLAIN_TAG, "do": PLAIN_DO_TAG, "script": text}
 
 

@@ -27,26 +27,26 @@ SELECT 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(arr
  ORDER BY 1;
 SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
        || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
-       || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+       || coalesce(' default ' || replace(pg_get_expr(d.adbin, d.adrelid), quote_ident(:'schema') || '.', 'SCHEMA.'), '')
        || ' comment ' || coalesce(col_description(c.oid, a.attnum), '-')
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
   LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
  WHERE c.relnamespace = :'schema'::regnamespace AND c.relname LIKE 'idem\_%' AND c.relkind IN ('r', 'v', 'c')
    AND c.relname NOT LIKE 'idem\_\_%'
  ORDER BY c.relname, a.attnum;
-SELECT 'constraint ' || t.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+SELECT 'constraint ' || t.relname || ' ' || k.conname || ' ' || replace(pg_get_constraintdef(k.oid), quote_ident(:'schema') || '.', 'SCHEMA.')
   FROM pg_constraint k JOIN pg_class t ON t.oid = k.conrelid
  WHERE t.relnamespace = :'schema'::regnamespace
  ORDER BY 1;
-SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+SELECT 'index ' || replace(pg_get_indexdef(i.indexrelid), quote_ident(:'schema') || '.', 'SCHEMA.')
   FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
  WHERE t.relnamespace = :'schema'::regnamespace
  ORDER BY 1;
-SELECT 'trigger ' || pg_get_triggerdef(g.oid)
+SELECT 'trigger ' || replace(pg_get_triggerdef(g.oid), quote_ident(:'schema') || '.', 'SCHEMA.')
   FROM pg_trigger g JOIN pg_class t ON t.oid = g.tgrelid
  WHERE t.relnamespace = :'schema'::regnamespace AND NOT g.tgisinternal
  ORDER BY 1;
-SELECT 'view ' || c.relname || ' ' || regexp_replace(pg_get_viewdef(c.oid), '\s+', ' ', 'g')
+SELECT 'view ' || c.relname || ' ' || replace(regexp_replace(pg_get_viewdef(c.oid), '\s+', ' ', 'g'), quote_ident(:'schema') || '.', 'SCHEMA.')
   FROM pg_class c
  WHERE c.relnamespace = :'schema'::regnamespace AND c.relkind = 'v'
  ORDER BY 1;

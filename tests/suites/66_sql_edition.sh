@@ -9,9 +9,14 @@
 #   idem_installer   CREATEROLE, CREATEDB, a member of pgtle_admin: the
 #                    rds_superuser-like role.  It registers the SQL edition
 #                    with pg_tle (pgtle.install_extension) in template1, so
-#                    every new database can CREATE EXTENSION pg_idem, and
-#                    runs the pg_regress and isolation suites, whose
-#                    CREATE EXTENSION creates idem_client and idem_admin.
+#                    every new database can CREATE EXTENSION pg_idem, creates
+#                    the extension in the databases of the pg_regress and
+#                    isolation runs (which creates idem_client and
+#                    idem_admin), and updates it (pgtle.install_update_path).
+#                    The tests themselves run as the superuser: they create
+#                    roles and SET ROLE to them, which a CREATEROLE role of
+#                    PostgreSQL 15 may not; what they call runs as the
+#                    extension's owner, idem_installer.
 #   idem_owner       no attribute at all: owns a database and installs the
 #                    plain script there (psql -f); runs the pg_regress
 #                    tests that create no role.
@@ -74,11 +79,34 @@ suite_sql_edition() {
 
     sql_edition_catalog
     sql_edition_update
-    sql_edition_pg_regress "pg_tle" idem_installer idem_sql_tle $SQL_EDITION_REGRESS
+    sql_edition_pg_regress "pg_tle" "$PGUSER" idem_sql_tle $SQL_EDITION_REGRESS
     sql_edition_pg_regress "plain script" idem_owner idem_sql_plain $SQL_EDITION_REGRESS_PLAIN
     sql_edition_isolation
+    sql_edition_docs
     sql_edition_storms
     sql_edition_stop_server
+}
+
+# The guide's steps for managed services (docs/guides/managed-postgresql.md,
+# its blocks marked "sql-edition"), on this server, as the docs examples
+# suite runs every other page: its database is made from a template that
+# has pg_tle but no registration of the SQL edition yet (the guide makes
+# that).
+sql_edition_docs() {
+    local log=$WORK/sql_docs.log ok bad
+    say "SQL edition: the guide's steps (docs/guides/managed-postgresql.md) on this server"
+    sql_psql "$PGUSER" postgres -c "CREATE DATABASE idem_docs_template" &&
+        sql_psql "$PGUSER" idem_docs_template -c "CREATE EXTENSION pg_tle" >/dev/null
+    (cd "$WORK/src" && as_run_user env PGPORT="$SQL_PORT" IDEM_DOCS_SQL_EDITION=1 \
+        IDEM_DOCS_TEMPLATE=idem_docs_template /usr/bin/python3 tests/docs/run_examples.py \
+        docs/guides/managed-postgresql.md) >"$log" 2>&1
+    local rc=$?
+    grep -vE '^ok ' "$log"
+    ok=$(grep -oE '^docs examples: [0-9]+ passed' "$log" | grep -oE '[0-9]+')
+    bad=$(grep -oE '^docs examples: [0-9]+ passed, [0-9]+ failed' "$log" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+')
+    ok=${ok:-0} bad=${bad:-0}
+    [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    count "SQL edition: the guide's steps" "$ok" "$bad"
 }
 
 # An update through pg_tle, as idem_installer: pgtle.install_update_path
@@ -198,6 +226,9 @@ SQL
             -c "ALTER DATABASE $db SET bytea_output TO 'hex'" -c "ALTER DATABASE $db SET timezone_abbreviations TO 'Default'" &&
             sql_psql idem_installer "$db" -c "CREATE EXTENSION pg_idem" || return 1
     done
+    # The specs' followers wait on dblink connections (a superuser's, as
+    # on a managed service that lists it).
+    sql_psql "$PGUSER" idem_sql_isolation -c "CREATE EXTENSION dblink" || return 1
     sql_psql "$PGUSER" postgres -c "ALTER DATABASE idem_sql_plain SET lc_messages TO 'C'" \
         -c "ALTER DATABASE idem_sql_plain SET bytea_output TO 'hex'" \
         -c "ALTER DATABASE idem_sql_plain SET timezone_abbreviations TO 'Default'"
@@ -229,9 +260,9 @@ WRAPPER
 }
 
 sql_edition_pg_regress() {   # LABEL ROLE DATABASE TESTS...
-    local label=$1 role=$2 db=$3 dir=$WORK/sql_regress_${2} log ok bad pgxs
+    local label=$1 role=$2 db=$3 dir=$WORK/sql_regress_${3} log ok bad pgxs
     shift 3
-    say "SQL edition: pg_regress through the $label, as $role"
+    say "SQL edition: pg_regress through the $label ($role runs the tests)"
     sql_edition_regress_input "$dir" "$WORK/src/sql" "$WORK/src/expected" "$WORK/src/tests/sql_edition/expected"
     pgxs=$(dirname "$("$SQL_BIN/pg_config" --pgxs)")/..
     log=$dir/run.log
@@ -248,13 +279,13 @@ sql_edition_pg_regress() {   # LABEL ROLE DATABASE TESTS...
 
 sql_edition_isolation() {
     local dir=$WORK/sql_isolation log ok bad pgxs
-    say "SQL edition: isolation specs through pg_tle, as idem_installer"
+    say "SQL edition: isolation specs through pg_tle (installed by idem_installer)"
     sql_edition_regress_input "$dir" "$WORK/src/tests/isolation/specs" "$WORK/src/tests/isolation/expected" \
         "$WORK/src/tests/sql_edition/isolation"
     pgxs=$(dirname "$("$SQL_BIN/pg_config" --pgxs)")/..
     log=$dir/run.log
     as_run_user "$pgxs/test/isolation/pg_isolation_regress" --inputdir="$dir" --outputdir="$dir" \
-        --bindir="$SQL_BIN" --host="$WORK" --port="$SQL_PORT" --user=idem_installer \
+        --bindir="$SQL_BIN" --host="$WORK" --port="$SQL_PORT" --user="$PGUSER" \
         --use-existing --dbname=idem_sql_isolation $SQL_EDITION_ISOLATION >"$log" 2>&1
     local rc=$?
     grep -E '\.\.\. |^(ok|not ok) [0-9]' "$log"
