@@ -95,7 +95,7 @@ suite_sql_edition() {
 sql_edition_docs() {
     local log=$WORK/sql_docs.log ok bad
     say "SQL edition: the guide's steps (docs/guides/managed-postgresql.md) on this server"
-    sql_psql "$PGUSER" postgres -c "CREATE DATABASE idem_docs_template" &&
+    sql_psql "$PGUSER" postgres -c "CREATE DATABASE idem_docs_template TEMPLATE template0" &&
         sql_psql "$PGUSER" idem_docs_template -c "CREATE EXTENSION pg_tle" >/dev/null
     (cd "$WORK/src" && as_run_user env PGPORT="$SQL_PORT" IDEM_DOCS_SQL_EDITION=1 \
         IDEM_DOCS_TEMPLATE=idem_docs_template /usr/bin/python3 tests/docs/run_examples.py \
@@ -249,8 +249,8 @@ sql_edition_regress_input() {   # DIR SQLDIR EXPECTEDDIR OVERRIDEDIR
     for f in "$4"/*.out; do
         [ -f "$f" ] || continue
         base=$(basename "$f" .out)
-        as_run_user rm -f "$dir/expected/${base%_sql}"_*.out
-        as_run_user cp "$f" "$dir/expected/${base%_sql}.out"
+        as_run_user rm -f "$dir/expected/$base"_[0-9].out
+        as_run_user cp "$f" "$dir/expected/$base.out"
     done
     as_run_user tee "$dir/bin/psql" >/dev/null <<WRAPPER
 #!/bin/sh
