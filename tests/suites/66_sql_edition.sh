@@ -82,9 +82,31 @@ suite_sql_edition() {
     sql_edition_pg_regress "pg_tle" "$PGUSER" idem_sql_tle $SQL_EDITION_REGRESS
     sql_edition_pg_regress "plain script" idem_owner idem_sql_plain $SQL_EDITION_REGRESS_PLAIN
     sql_edition_isolation
+    sql_edition_tap
     sql_edition_docs
     sql_edition_storms
     sql_edition_stop_server
+}
+
+# The SQL edition's TAP tests (tests/sql_edition/t): killed sessions and
+# a crash of the server, on nodes of this installation (no pg_idem
+# library), with the plain script.
+sql_edition_tap() {
+    local log=$WORK/sql_tap.log tests bad
+    say "SQL edition: TAP (tests/sql_edition/t), killed sessions and a crash"
+    as_run_user env IDEM_SQL_SCRIPT="$WORK/sql_edition/pg_idem_sql.sql" \
+        make -C "$WORK/src" -s PG_CONFIG="$SQL_BIN/pg_config" installcheck REGRESS= ISOLATION= \
+        PROVE_TESTS='tests/sql_edition/t/*.pl' PROVE_FLAGS=-v >"$log" 2>&1
+    local rc=$?
+    grep -E '^(ok|not ok) [0-9]' "$log"
+    tests=$(grep -oE 'Tests=[0-9]+' "$log" | tail -1 | cut -d= -f2)
+    bad=$(grep -cE '^not ok [0-9]' "$log")
+    tests=${tests:-0}
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then
+        bad=1
+        tail -n 60 "$log"
+    fi
+    count "SQL edition: TAP" $((tests - bad > 0 ? tests - bad : 0)) "$bad"
 }
 
 # The guide's steps for managed services (docs/guides/managed-postgresql.md,
