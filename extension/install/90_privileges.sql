@@ -43,11 +43,14 @@ DECLARE
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',
         'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash']::pg_catalog.name[];
     -- The extension's objects; without an extension (the SQL edition's
-    -- plain script) the idem_* objects of the schema it installed into.
+    -- plain script) the idem_* objects of the schema it installed into
+    -- that the installing role owns (made by it, not planted by another).
     target CONSTANT pg_catalog.oid := '@extschema@'::pg_catalog.regnamespace::pg_catalog.oid;
     ext_oid pg_catalog.oid := (SELECT e.oid FROM pg_catalog.pg_extension e
                                 WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'::pg_catalog.name
                                   AND e.extnamespace OPERATOR(pg_catalog.=) target);
+    installer CONSTANT pg_catalog.oid := (SELECT r.oid FROM pg_catalog.pg_roles r
+                                           WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER);
     c_language CONSTANT pg_catalog.oid := (SELECT l.oid FROM pg_catalog.pg_language l
                                             WHERE l.lanname OPERATOR(pg_catalog.=) 'c'::pg_catalog.name);
     proc_class CONSTANT pg_catalog.oid := 'pg_catalog.pg_proc'::pg_catalog.regclass::pg_catalog.oid;
@@ -56,6 +59,7 @@ DECLARE
     trigger_type CONSTANT pg_catalog.oid := 'pg_catalog.trigger'::pg_catalog.regtype::pg_catalog.oid;
     fn record;
     rel record;
+    typ record;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles r
                     WHERE r.rolname OPERATOR(pg_catalog.=) 'idem_client'::pg_catalog.name) THEN
@@ -84,6 +88,7 @@ BEGIN
                                     AND d.refobjid OPERATOR(pg_catalog.=) ext_oid
                                     AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog."char")
                     ELSE p.pronamespace OPERATOR(pg_catalog.=) target
+                         AND p.proowner OPERATOR(pg_catalog.=) installer
                          AND p.proname OPERATOR(pg_catalog.~~) 'idem\_%'::pg_catalog.text END
     LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC'::pg_catalog.text,
@@ -116,6 +121,20 @@ BEGIN
         END IF;
     END LOOP;
 
+    -- The SQL edition's internal types (idem__*): USAGE for nobody but the
+    -- owner, so that no other role can keep a value of them in a table, a
+    -- view, a function or a type of its own (see the domain idem__caller).
+    FOR typ IN
+        SELECT t.oid::pg_catalog.regtype::pg_catalog.text AS name
+          FROM pg_catalog.pg_type t
+         WHERE t.typnamespace OPERATOR(pg_catalog.=) target
+           AND t.typname OPERATOR(pg_catalog.~~) 'idem\_\_%'::pg_catalog.text
+           AND t.typtype OPERATOR(pg_catalog.=) ANY (ARRAY['c', 'd']::pg_catalog."char"[])
+           AND t.typowner OPERATOR(pg_catalog.=) installer
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE USAGE ON TYPE %s FROM PUBLIC'::pg_catalog.text, typ.name);
+    END LOOP;
+
     -- Tables, sequences and views: nothing for PUBLIC; admins may read.
     FOR rel IN
         SELECT c.oid::pg_catalog.regclass::pg_catalog.text AS name,
@@ -129,6 +148,7 @@ BEGIN
                                     AND d.refobjid OPERATOR(pg_catalog.=) ext_oid
                                     AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog."char")
                     ELSE c.relnamespace OPERATOR(pg_catalog.=) target
+                         AND c.relowner OPERATOR(pg_catalog.=) installer
                          AND c.relname OPERATOR(pg_catalog.~~) 'idem\_%'::pg_catalog.text
                          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'v', 'p', 'S']::pg_catalog."char"[]) END
     LOOP

@@ -141,24 +141,15 @@ END IF;
 -- The caller's scope, as core/scope.c decides it, checked here because
 -- this body runs as the tables' owner (SECURITY DEFINER), where the
 -- caller's role is no longer current_user.  caller is the role the
--- request-path function (SECURITY INVOKER, a SQL body) ran as: its
--- current_user, the role whose code calls pg_idem.  A body called
--- directly is handed whatever its caller likes, so caller is accepted
--- only when the session's own role (the login role, or SET ROLE's) is
--- that role or a member of it: a session can act only in a scope it could
--- SET ROLE to.  Inside another role's SECURITY DEFINER function (or a
--- trigger a foreign key's cascade runs as a table's owner) the session's
--- role may not be a member of the current user: refused, where the C
--- edition acts in that owner's scope.  And never inside a
--- security-restricted operation (an index expression or a materialized
--- view's query run by maintenance), where the session's role is the
--- maintainer's: UNLISTEN is refused there, and nowhere else.
+-- request-path function (SECURITY INVOKER) ran as: its current_user, the
+-- role whose code calls pg_idem -- the domain idem__caller guarantees it
+-- (21_sql_claims.sql).  Never inside a security-restricted operation (an
+-- index expression or a materialized view's query run by maintenance),
+-- where one role's code runs on behalf of another: UNLISTEN is refused
+-- there, and nowhere else.
 -- Host declares s_scope oid; caller is a name.
 -- @snippet caller_scope(caller)
 DECLARE
-    s_outer CONSTANT pg_catalog.name := CASE WHEN pg_catalog.current_setting('role') = 'none'
-                                             THEN SESSION_USER
-                                             ELSE pg_catalog.current_setting('role')::pg_catalog.name END;
     s_setting CONSTANT pg_catalog.text := pg_catalog.current_setting('idem.scope', true);
 BEGIN
     BEGIN
@@ -171,12 +162,9 @@ BEGIN
                                        'autovacuum), where one role''s code runs on behalf of another.', %caller%),
             HINT = 'Call pg_idem from ordinary statements, functions and triggers only.';
     END;
-    IF %caller% IS NULL OR (%caller% <> s_outer AND NOT pg_catalog.pg_has_role(s_outer, %caller%, 'MEMBER')) THEN
+    IF %caller% IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
-            MESSAGE = pg_catalog.format('pg_idem''s SQL edition cannot act as role "%s" for role "%s"', %caller%, s_outer),
-            DETAIL = 'The call runs as another role than the session''s (inside a SECURITY DEFINER function or a trigger '
-                     'run as another role), and the session''s role is not a member of it.',
-            HINT = 'Call pg_idem from the session''s own role, or GRANT that role to the session''s.';
+            MESSAGE = 'pg_idem''s internal functions are called by its own functions only';
     END IF;
     IF s_setting IS NULL OR s_setting = '' THEN
         s_scope := (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = %caller%);

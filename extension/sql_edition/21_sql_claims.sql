@@ -22,6 +22,18 @@
 -- with an overload of its own.  (A SQL body, BEGIN ATOMIC, binds its
 -- calls too, but PostgreSQL before 18 plans it again at every call: about
 -- 70 us a claim, measured; the cast costs about 5.)
+--
+-- The internal functions are executable by idem_client (the request-path
+-- functions run as their caller), so a role could call one directly and
+-- name another role as the caller.  It cannot: the caller's field is of
+-- the domain idem__caller, whose check is that the value is the
+-- current_user of the code that makes the value -- however it is made (a
+-- ROW, a cast from text, jsonb_populate_record, a PL/pgSQL assignment).
+-- Nobody but the owner has USAGE on the domain and on the idem__* types,
+-- so no table, view, function or other type can keep a value made in
+-- another role's context for later.  The scope is therefore exactly the
+-- C edition's: the current_user of whoever calls, a SECURITY DEFINER
+-- function's owner inside one.
 
 -- A follower that waits (max_wait) polls: it sleeps 1 ms, doubling to
 -- 50 ms, and reads again, until the winner's commit shows, the lease or
@@ -214,7 +226,9 @@ END IF;
 
 -- The claim loop of idem_claim and idem_begin (claim.c, claim_key()).
 -- @before idem_claim
-CREATE TYPE @extschema@.idem__claim_call AS (cache_key pg_catalog.bytea, request_hash pg_catalog.bytea, lease pg_catalog.interval, max_wait pg_catalog.interval, in_transaction pg_catalog.bool, caller pg_catalog.name);
+CREATE DOMAIN @extschema@.idem__caller AS pg_catalog.name
+    CHECK (VALUE OPERATOR(pg_catalog.=) CURRENT_USER);
+CREATE TYPE @extschema@.idem__claim_call AS (cache_key pg_catalog.bytea, request_hash pg_catalog.bytea, lease pg_catalog.interval, max_wait pg_catalog.interval, in_transaction pg_catalog.bool, caller @extschema@.idem__caller);
 CREATE FUNCTION @extschema@.idem__claim(args @extschema@.idem__claim_call)
 RETURNS @extschema@.idem_claim_result
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -365,7 +379,7 @@ CREATE CAST (@extschema@.idem__claim_call AS @extschema@.idem_claim_result) WITH
 
 -- What a claim would answer, writing nothing (claim.c, idem_lookup).
 -- @before idem_lookup
-CREATE TYPE @extschema@.idem__lookup_call AS (cache_key pg_catalog.bytea, request_hash pg_catalog.bytea, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__lookup_call AS (cache_key pg_catalog.bytea, request_hash pg_catalog.bytea, caller @extschema@.idem__caller);
 CREATE FUNCTION @extschema@.idem__lookup(args @extschema@.idem__lookup_call)
 RETURNS @extschema@.idem_claim_result
 -- VOLATILE only for the security-restricted operation probe (UNLISTEN);
@@ -429,7 +443,7 @@ AND %alias%.state = 'pending' AND %alias%.claim_id = p_claim_id
 -- @end
 
 -- @before idem_renew
-CREATE TYPE @extschema@.idem__renew_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, lease pg_catalog.interval, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__renew_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, lease pg_catalog.interval, caller @extschema@.idem__caller);
 CREATE FUNCTION @extschema@.idem__renew(args @extschema@.idem__renew_call)
 RETURNS pg_catalog.timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -460,7 +474,7 @@ CREATE CAST (@extschema@.idem__renew_call AS pg_catalog.timestamptz) WITH FUNCTI
 -- @end
 
 -- @before idem_finalize
-CREATE TYPE @extschema@.idem__finalize_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, status pg_catalog.int4, headers pg_catalog.jsonb, body pg_catalog.bytea, strict_only pg_catalog.bool, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__finalize_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, status pg_catalog.int4, headers pg_catalog.jsonb, body pg_catalog.bytea, strict_only pg_catalog.bool, caller @extschema@.idem__caller);
 CREATE FUNCTION @extschema@.idem__finalize(args @extschema@.idem__finalize_call)
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -535,7 +549,7 @@ response_status = NULL, response_headers = NULL, response_body = NULL, replayabl
 -- @end
 
 -- @before idem_release
-CREATE TYPE @extschema@.idem__release_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__release_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, caller @extschema@.idem__caller);
 CREATE FUNCTION @extschema@.idem__release(args @extschema@.idem__release_call)
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -557,7 +571,7 @@ CREATE CAST (@extschema@.idem__release_call AS pg_catalog.bool) WITH FUNCTION @e
 -- @end
 
 -- @before idem_fail
-CREATE TYPE @extschema@.idem__fail_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, cooldown pg_catalog.interval, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__fail_call AS (cache_key pg_catalog.bytea, claim_id pg_catalog.uuid, cooldown pg_catalog.interval, caller @extschema@.idem__caller);
 CREATE FUNCTION @extschema@.idem__fail(args @extschema@.idem__fail_call)
 RETURNS pg_catalog.bool
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp

@@ -67,7 +67,7 @@ END IF;
 -- @before idem_outbox_stage_json
 CREATE TYPE @extschema@.idem__outbox_stage_call AS (
     topic pg_catalog.text, payload pg_catalog.jsonb, payload_bytes pg_catalog.bytea, message_key pg_catalog.text,
-    headers pg_catalog.jsonb, delay pg_catalog.interval, caller pg_catalog.name);
+    headers pg_catalog.jsonb, delay pg_catalog.interval, caller @extschema@.idem__caller);
 -- Stage one event of the caller's scope in its transaction; its id.
 CREATE FUNCTION @extschema@.idem__outbox_stage(args @extschema@.idem__outbox_stage_call)
 RETURNS pg_catalog.int8
@@ -126,7 +126,7 @@ $function$
 -- @before idem_outbox_stage_batch
 CREATE TYPE @extschema@.idem__outbox_stage_batch_call AS (
     topic pg_catalog.text, payloads pg_catalog.jsonb[], message_keys pg_catalog.text[],
-    headers pg_catalog.jsonb[], delay pg_catalog.interval, caller pg_catalog.name);
+    headers pg_catalog.jsonb[], delay pg_catalog.interval, caller @extschema@.idem__caller);
 -- One event per payload, in array order, in one INSERT; the ids in order.
 CREATE FUNCTION @extschema@.idem__outbox_stage_batch(args @extschema@.idem__outbox_stage_batch_call)
 RETURNS pg_catalog.int8[]
@@ -221,7 +221,7 @@ $function$
 
 -- @before idem_outbox_claim
 CREATE TYPE @extschema@.idem__outbox_claim_call AS (
-    batch pg_catalog.int4, lease pg_catalog.interval, caller pg_catalog.name);
+    batch pg_catalog.int4, lease pg_catalog.interval, caller @extschema@.idem__caller);
 CREATE TYPE @extschema@.idem__outbox_claimed AS (
     id pg_catalog.int8, topic pg_catalog.text, key pg_catalog.text, payload pg_catalog.jsonb,
     payload_bytes pg_catalog.bytea, headers pg_catalog.jsonb, attempts pg_catalog.int4,
@@ -309,7 +309,7 @@ $function$
 
 -- @before idem_outbox_ack
 CREATE TYPE @extschema@.idem__outbox_ack_call AS (
-    token pg_catalog.uuid, ids pg_catalog.int8[], caller pg_catalog.name);
+    token pg_catalog.uuid, ids pg_catalog.int8[], caller @extschema@.idem__caller);
 -- Publish the events among ids that the token still holds: out of the
 -- queue and into the archive (or only out, idem.outbox_archive = off).
 CREATE FUNCTION @extschema@.idem__outbox_ack(args @extschema@.idem__outbox_ack_call)
@@ -395,7 +395,7 @@ END;
 
 -- @before idem_outbox_nack
 CREATE TYPE @extschema@.idem__outbox_nack_call AS (
-    token pg_catalog.uuid, id pg_catalog.int8, error pg_catalog.text, caller pg_catalog.name);
+    token pg_catalog.uuid, id pg_catalog.int8, error pg_catalog.text, caller @extschema@.idem__caller);
 -- A failed publish: retry after the backoff, dead after the last
 -- attempt, or stale when the token no longer holds the event.
 CREATE FUNCTION @extschema@.idem__outbox_nack(args @extschema@.idem__outbox_nack_call)
@@ -495,7 +495,7 @@ $function$
 -- @end
 
 -- @before idem_outbox_wait
-CREATE TYPE @extschema@.idem__outbox_wait_call AS (timeout pg_catalog.interval, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__outbox_wait_call AS (timeout pg_catalog.interval, caller @extschema@.idem__caller);
 -- True as soon as an event of the caller's scope is claimable, false once
 -- timeout has passed: a probe with a snapshot of its own, then a sleep of
 -- 1 ms doubling to 50 ms (or until the next event of the scope is due).
@@ -562,7 +562,7 @@ $function$
 -- @end
 
 -- @before idem_outbox_backlog
-CREATE TYPE @extschema@.idem__outbox_backlog_call AS (caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__outbox_backlog_call AS (caller @extschema@.idem__caller);
 CREATE TYPE @extschema@.idem__outbox_backlog_row AS (
     topic pg_catalog.text, state pg_catalog.text, events pg_catalog.int8,
     oldest_created_at pg_catalog.timestamptz, next_available_at pg_catalog.timestamptz);

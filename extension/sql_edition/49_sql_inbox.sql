@@ -76,7 +76,7 @@ VALUES ('idem.inbox.dead',
 -- @before idem_inbox_begin
 CREATE TYPE @extschema@.idem__inbox_begin_call AS (
     consumer pg_catalog.text, message_id pg_catalog.text, payload_hash pg_catalog.bytea,
-    max_attempts pg_catalog.int4, caller pg_catalog.name);
+    max_attempts pg_catalog.int4, caller @extschema@.idem__caller);
 -- process, duplicate, dead or mismatch, inside the consumer's transaction:
 -- write to take the message, and if that touched nothing, read why.
 CREATE FUNCTION @extschema@.idem__inbox_begin(args @extschema@.idem__inbox_begin_call)
@@ -168,7 +168,7 @@ $function$
 
 -- @before idem_inbox_done
 CREATE TYPE @extschema@.idem__inbox_done_call AS (
-    consumer pg_catalog.text, message_id pg_catalog.text, caller pg_catalog.name);
+    consumer pg_catalog.text, message_id pg_catalog.text, caller @extschema@.idem__caller);
 -- The message begun in this transaction is processed (a processing row
 -- is visible only to the transaction that began it).
 CREATE FUNCTION @extschema@.idem__inbox_done(args @extschema@.idem__inbox_done_call)
@@ -209,7 +209,7 @@ $function$
 
 -- @before idem_inbox_fail
 CREATE TYPE @extschema@.idem__inbox_fail_call AS (
-    consumer pg_catalog.text, message_id pg_catalog.text, error pg_catalog.text, caller pg_catalog.name);
+    consumer pg_catalog.text, message_id pg_catalog.text, error pg_catalog.text, caller @extschema@.idem__caller);
 -- Record a failed attempt (inbox_failure.c's statement): retry with the
 -- delay before the next attempt, dead at the cap with its dead letter, or
 -- duplicate when another delivery processed the message meanwhile.  A

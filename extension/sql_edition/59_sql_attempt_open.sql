@@ -229,7 +229,7 @@ END IF;
 -- @before idem_attempt_open
 CREATE TYPE @extschema@.idem__attempt_open_call AS (
     kind pg_catalog.text, target pg_catalog.text, client_request_id pg_catalog.text, created_by pg_catalog.text,
-    intent pg_catalog.jsonb, object_name pg_catalog.text, declared_digest pg_catalog.bytea, caller pg_catalog.name);
+    intent pg_catalog.jsonb, object_name pg_catalog.text, declared_digest pg_catalog.bytea, caller @extschema@.idem__caller);
 -- The replay decision table (attempts_open.c): another role's attempt is
 -- never read; no row: new; another created_by: forbidden; another intent
 -- (or declared digest): mismatch; pending or stored: resume; promoted or
@@ -383,7 +383,7 @@ $function$
 -- @end
 
 -- @before idem_attempt_current
-CREATE TYPE @extschema@.idem__attempt_current_call AS (kind pg_catalog.text, target pg_catalog.text, caller pg_catalog.name);
+CREATE TYPE @extschema@.idem__attempt_current_call AS (kind pg_catalog.text, target pg_catalog.text, caller @extschema@.idem__caller);
 -- A replace-kind target's current attempt in the caller's scope (else
 -- the shared one from before 0.5.0), or NULL.
 CREATE FUNCTION @extschema@.idem__attempt_current(args @extschema@.idem__attempt_current_call)

@@ -94,7 +94,7 @@ RETURNING q.id INTO e_id;
 
 -- @before idem_attempt_store
 CREATE TYPE @extschema@.idem__attempt_store_call AS (
-    attempt_id pg_catalog.uuid, generation pg_catalog.int8, digest pg_catalog.bytea, caller pg_catalog.name);
+    attempt_id pg_catalog.uuid, generation pg_catalog.int8, digest pg_catalog.bytea, caller @extschema@.idem__caller);
 -- pending -> stored once the blob is in place with the declared digest
 -- (an attempt opened without one, an export, declares it here).
 CREATE FUNCTION @extschema@.idem__attempt_store(args @extschema@.idem__attempt_store_call)
@@ -142,7 +142,7 @@ $function$
 -- @before idem_attempt_promote
 CREATE TYPE @extschema@.idem__attempt_promote_call AS (
     attempt_id pg_catalog.uuid, generation pg_catalog.int8, digest pg_catalog.bytea,
-    event_topic pg_catalog.text, event_payload pg_catalog.jsonb, caller pg_catalog.name);
+    event_topic pg_catalog.text, event_payload pg_catalog.jsonb, caller @extschema@.idem__caller);
 -- stored -> promoted in the caller's transaction: a replace kind's target
 -- pointer flips to the attempt unless a newer (created_at, attempt_id)
 -- holds it (then the attempt is superseded at once), and the attempt the
@@ -270,7 +270,7 @@ $function$
 -- @before idem_attempt_fail
 CREATE TYPE @extschema@.idem__attempt_fail_call AS (
     attempt_id pg_catalog.uuid, generation pg_catalog.int8, reason pg_catalog.text,
-    event_payload pg_catalog.jsonb, caller pg_catalog.name);
+    event_payload pg_catalog.jsonb, caller @extschema@.idem__caller);
 -- pending -> failed(reaped_no_blob | digest_mismatch | target_gone), or
 -- stored -> failed(target_gone), with its '<kind>.failed' event.
 CREATE FUNCTION @extschema@.idem__attempt_fail(args @extschema@.idem__attempt_fail_call)
@@ -334,7 +334,7 @@ $function$
 
 -- @before idem_attempt_reopen
 CREATE TYPE @extschema@.idem__attempt_reopen_call AS (
-    attempt_id pg_catalog.uuid, generation pg_catalog.int8, caller pg_catalog.name);
+    attempt_id pg_catalog.uuid, generation pg_catalog.int8, caller @extschema@.idem__caller);
 -- failed(reaped_no_blob | digest_mismatch) -> pending under generation +
 -- 1 and its new key; the new generation, NULL when stale.
 CREATE FUNCTION @extschema@.idem__attempt_reopen(args @extschema@.idem__attempt_reopen_call)

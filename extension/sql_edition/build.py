@@ -277,7 +277,7 @@ def definitions(text):
         body = re.sub(r"^(--[^\n]*\n)+", "", st).lstrip()
         if re.match(r"CREATE FUNCTION ", body):
             out.append(body.replace("CREATE FUNCTION ", "CREATE OR REPLACE FUNCTION ", 1))
-        elif re.match(r"(CREATE TYPE @extschema@\.idem__|CREATE CAST|COMMENT ON FUNCTION)", body):
+        elif re.match(r"(CREATE (TYPE|DOMAIN) @extschema@\.idem__|CREATE CAST|COMMENT ON FUNCTION)", body):
             out.append(body)
         elif "$stats_view$" in body:
             m = re.search(r"CREATE FUNCTION @extschema@\.%I\((.*?)\) RETURNS (.*?) %s', hidden,\s*"
@@ -345,6 +345,11 @@ BEGIN
                   AND t.typname OPERATOR(pg_catalog.~~) 'idem\\_\\_%'::pg_catalog.text LOOP
         EXECUTE pg_catalog.format('DROP TYPE %s', obj.name);
     END LOOP;
+    FOR obj IN SELECT t.oid::pg_catalog.regtype::pg_catalog.text AS name FROM pg_catalog.pg_type t
+                WHERE t.typnamespace OPERATOR(pg_catalog.=) target AND t.typtype OPERATOR(pg_catalog.=) 'd'::pg_catalog."char"
+                  AND t.typname OPERATOR(pg_catalog.~~) 'idem\\_\\_%'::pg_catalog.text LOOP
+        EXECUTE pg_catalog.format('DROP DOMAIN %s', obj.name);
+    END LOOP;
 END
 $drop_internals$;
 
@@ -359,6 +364,11 @@ def plain(text):
     # Only CREATE EXTENSION can mark tables for pg_dump; a plain install's
     # tables are ordinary ones, which pg_dump dumps anyway.
     text = re.sub(r"^SELECT pg_catalog\.pg_extension_config_dump\([^;]*\);\n", "", text, flags=re.M)
+    # The schema check's advice, as this script follows it.
+    advice = "CREATE SCHEMA idem; CREATE EXTENSION pg_idem SCHEMA idem;"
+    if text.count(advice) != 1:
+        fail("extension/install/00_schema_check.sql: its advice changed (%s)" % advice)
+    text = text.replace(advice, "psql -v schema=idem -f pg_idem_sql-%s.sql" % version())
     return (HEADER % version()) + r"""--
 -- Install:  psql -v ON_ERROR_STOP=1 -v schema=idem -f pg_idem_sql-%(v)s.sql
 -- (schema defaults to idem; it is created when missing).  One transaction:
@@ -382,7 +392,8 @@ DECLARE
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_proc p
                 WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.quote_ident(target)::pg_catalog.regnamespace
-                  AND p.proname OPERATOR(pg_catalog.=) 'idem_edition'::pg_catalog.name) THEN
+                  AND p.proname OPERATOR(pg_catalog.=) 'idem_edition'::pg_catalog.name
+                  AND p.pronargs OPERATOR(pg_catalog.=) 0::pg_catalog.int2) THEN
         RAISE EXCEPTION 'pg_idem is already installed in schema "%%"', target
             USING ERRCODE = 'duplicate_object',
                   HINT = 'Upgrade it with the upgrade script of the version you move to.';
