@@ -89,14 +89,17 @@ suite_sql_edition() {
 }
 
 # The SQL edition's TAP tests (tests/sql_edition/t): killed sessions and
-# a crash of the server, on nodes of this installation (no pg_idem
-# library), with the plain script.
+# a crash of the server; and the C edition's hostile schema and hostile
+# roles (tests/t/070, 073), which take the plain script for the extension
+# when IDEM_SQL_SCRIPT names it.  On nodes of this installation (no
+# pg_idem library).
 sql_edition_tap() {
     local log=$WORK/sql_tap.log tests bad
-    say "SQL edition: TAP (tests/sql_edition/t), killed sessions and a crash"
+    say "SQL edition: TAP (tests/sql_edition/t, tests/t/070_hostile_schema.pl, tests/t/073_hostile_roles.pl)"
     as_run_user env IDEM_SQL_SCRIPT="$WORK/sql_edition/pg_idem_sql.sql" \
         make -C "$WORK/src" -s PG_CONFIG="$SQL_BIN/pg_config" installcheck REGRESS= ISOLATION= \
-        PROVE_TESTS='tests/sql_edition/t/*.pl' PROVE_FLAGS=-v >"$log" 2>&1
+        PROVE_TESTS='tests/sql_edition/t/*.pl tests/t/070_hostile_schema.pl tests/t/073_hostile_roles.pl' \
+        PROVE_FLAGS=-v >"$log" 2>&1
     local rc=$?
     grep -E '^(ok|not ok) [0-9]' "$log"
     tests=$(grep -oE 'Tests=[0-9]+' "$log" | tail -1 | cut -d= -f2)
