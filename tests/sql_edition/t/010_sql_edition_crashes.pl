@@ -1,7 +1,7 @@
-# The SQL edition across killed sessions and a crash of the server
-# (SCENARIOS #13, #18, #20, #21, #22, #36): what it guarantees, as
-# docs/guides/managed-postgresql.md's table states it, on a server
-# without pg_idem's library (the plain script, IDEM_SQL_SCRIPT).
+# The SQL edition across killed sessions and a crash of the server: what
+# it guarantees, as docs/guides/managed-postgresql.md's table states it,
+# on a server without pg_idem's library (the plain script,
+# IDEM_SQL_SCRIPT).
 #
 # - An in-transaction claim whose backend is killed leaves nothing; a
 #   lease-mode winner's key is recovered by the same request after its
