@@ -30,7 +30,11 @@ const char *const check_sql =
     " AND p.proname = 'idem_begin' AND p.pronargs = 4 "
     " AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype), "
     "(SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
-    "CURRENT_USER::text, pg_catalog.current_database()::text "
+    "CURRENT_USER::text, pg_catalog.current_database()::text, "
+    // idem_edition() (0.6.0): 'c' or 'sql'; the SQL edition's plain script
+    // has no extension row, and is no router.
+    "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
+    " AND p.proname = 'idem_edition' AND p.pronargs = 0) "
     "FROM (SELECT) one LEFT JOIN (SELECT e.extversion, e.extnamespace, n.nspname::text "
     " FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n "
     " ON n.oid OPERATOR(pg_catalog.=) e.extnamespace WHERE e.extname = 'pg_idem' "
@@ -73,6 +77,18 @@ std::vector<long> version_parts(std::string_view v)
 
 std::string ms_text(milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
+// Which edition answers, once the check row (column 9) found idem_edition
+// in the schema (column 1): "c" or "sql".
+void ask_edition(pg::connection &conn, const pg::result &r, server_features &f)
+{
+    if (f.router || !r.get_bool(0, 9))
+        return;
+    std::string quoted = "\"";
+    for (char ch : r.get_text(0, 1))
+        quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    f.edition = conn.exec("SELECT " + quoted + "\".idem_edition()").get_text(0, 0);
+}
+
 }  // namespace
 
 bool version_older(std::string_view a, std::string_view b)
@@ -100,7 +116,8 @@ server_features engine::features(pg::connection &conn) const
     {
         return server_features{};  // e.g. no access to the catalog: poll, ask again later
     }
-    const server_features f = check_row(r);
+    server_features f = check_row(r);
+    ask_edition(conn, r, f);
     std::lock_guard<std::mutex> lk(features_mu_);
     features_ = f;
     return f;
@@ -112,9 +129,11 @@ server_features engine::check_row(const pg::result &r) const
     const std::string db = r.get_optional_text(0, 8).value_or("?");
     const std::optional<std::string> version = r.get_optional_text(0, 0);
     // No extension but idem_claim on the path: a router, whose partitions
-    // have the extension (their versions are theirs to check).
-    const bool router = !version && r.get_optional_text(0, 1).has_value();
-    if (!version && !router)
+    // have the extension (their versions are theirs to check), or the SQL
+    // edition's plain script (it has idem_edition, and is at least 0.6.0).
+    const bool on_path = r.get_optional_text(0, 1).has_value();
+    const bool router = !version && on_path && !r.get_bool(0, 9);
+    if (!version && !on_path)
         throw setup_error("pg_idem: the extension pg_idem is not installed in database \"" + db +
                           "\": CREATE EXTENSION pg_idem there (docs/guides/privileges.md), then "
                           "GRANT idem_client TO " + role + ".");
@@ -154,6 +173,7 @@ server_features engine::check_row(const pg::result &r) const
     f.claim_wait = r.get_bool(0, 4);
     f.begin_wait = r.get_bool(0, 5);
     f.router = router;
+    f.edition = router ? "" : "c";
     return f;
 }
 
@@ -179,7 +199,8 @@ void engine::check_once() const
     }
     connection_handle conn = provider_.acquire();
     pg::result r = conn->exec(check_sql);
-    const server_features f = check_row(r);
+    server_features f = check_row(r);
+    ask_edition(*conn, r, f);
     std::lock_guard<std::mutex> lk(features_mu_);
     features_ = f;
 }

@@ -159,6 +159,7 @@ struct server_features
     bool claim_wait = false;  // idem_claim(cache_key, request_hash, lease, max_wait)
     bool begin_wait = false;  // idem_begin(..., max_wait)
     bool router = false;      // a PL/Proxy router: no extension, its idem_* functions forward
+    std::string edition;      // "c" (the library) or "sql" (the SQL edition); empty for a router
 };
 
 // a is an older version than b ("0.2.0" < "0.3.0").

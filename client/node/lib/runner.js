@@ -73,6 +73,12 @@ class Runner {
     return startUp(this, wait);
   }
 
+  // Which edition the first-use check found: 'c' (the library) or 'sql'
+  // (the SQL edition); null before it, and through a router.
+  get edition() {
+    return this.setup ? this.setup.edition : null;
+  }
+
   // The first-use check (./setup): the extension, its version, the role's
   // privileges and path, the lease within idem.max_lease, on `client` (or
   // one of the pool's). Resolves once it passed (then never again); rejects

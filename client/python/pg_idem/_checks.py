@@ -1,8 +1,9 @@
 """What makes a store error explain itself: the check a runner makes on its
 first connection (the extension, its version, EXECUTE on the functions the
 runner calls, their schema on the search_path, the lease against
-idem.max_lease), the fix for each SQLSTATE a misconfiguration gives, and
-one log line per cause.
+idem.max_lease, and which edition answers: the C library or the SQL
+edition), the fix for each SQLSTATE a misconfiguration gives, and one log
+line per cause.
 
 Without them every misconfiguration looked the same to a user: each
 guarded request answered 503 idempotency-store-unavailable, and nothing
@@ -56,7 +57,11 @@ def preflight_sql():
         "        AND p.proname = 'idem_begin' AND p.pronargs = 4), "
         "(SELECT s.setting::float8 * CASE s.unit WHEN 'ms' THEN 0.001 WHEN 's' THEN 1 WHEN 'min' THEN 60 END "
         "   FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
-        "current_user "
+        "current_user, "
+        # idem_edition() (0.6.0): 'c' or 'sql'; the SQL edition's plain
+        # script has no extension row, and is no router.
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid "
+        "        AND p.proname = 'idem_edition' AND p.pronargs = 0) "
         "FROM (SELECT e.extversion, n.oid, n.nspname FROM pg_catalog.pg_extension e "
         "      JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_idem' "
         # A PL/Proxy router (docs/guides/sharding.md) has no extension: its
@@ -73,19 +78,21 @@ def _version(text):
 
 
 def verify(row, cfg, database):
-    """(server waits for claims, for begins, is a PL/Proxy router) if the
-    row shows a usable extension; raises StoreMisconfigured with the fix
-    otherwise."""
+    """(server waits for claims, for begins, is a PL/Proxy router, the
+    schema to ask idem_edition() in or None) if the row shows a usable
+    extension; raises StoreMisconfigured with the fix otherwise."""
     if row is None:
         raise StoreMisconfigured(
             "the extension pg_idem is not installed in the database %s (nor is it a PL/Proxy router: "
             "no idem_claim on the search_path)" % database,
             "run CREATE EXTENSION pg_idem (as a superuser; see the README's Getting started)")
     # On a SQL_ASCII database psycopg hands text columns over as bytes.
-    version, schema, on_path, usage, denied, claim_wait, begin_wait, max_lease, user = (
+    version, schema, on_path, usage, denied, claim_wait, begin_wait, max_lease, user, has_edition = (
         bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else v for v in row)
     # No version: a router, whose partitions' versions it does not show
-    # (docs/guides/sharding.md); the rest is checked on its own functions.
+    # (docs/guides/sharding.md), or the SQL edition's plain script (it has
+    # idem_edition, and is at least 0.6.0); the rest is checked on its own
+    # functions.
     if version is not None and _version(version) < _version(OLDEST_EXTENSION):
         raise StoreMisconfigured(
             "the extension pg_idem is version %s; this client needs %s or newer" % (version, OLDEST_EXTENSION),
@@ -107,7 +114,19 @@ def verify(row, cfg, database):
         raise StoreMisconfigured(
             "Config.lease is %g s, over the server's idem.max_lease (%g s)" % (cfg.lease, max_lease),
             "durations in pg_idem.Config are seconds (or datetime.timedelta): pass a shorter lease")
-    return bool(claim_wait), bool(begin_wait), version is None
+    return bool(claim_wait), bool(begin_wait), version is None and not has_edition, schema if has_edition else None
+
+
+def edition_sql(schema):
+    """What says which edition answers, once the check found idem_edition."""
+    return "SELECT %s.idem_edition()" % '"%s"' % schema.replace('"', '""')
+
+
+def describe_edition(edition, version, schema):
+    """The log line of the first-use check: which edition it found."""
+    name = {"c": "the C edition", "sql": "the SQL edition"}.get(edition, "pg_idem (edition %s)" % edition)
+    return "pg_idem: %s%s in schema %s" % (name, " %s" % version if version else " (plain script)" if edition == "sql" else "",
+                                          schema)
 
 
 class StartupWait:

@@ -16,7 +16,7 @@ import time
 import psycopg
 
 from . import protocol
-from ._checks import Reporter, log, router_refusal, verify
+from ._checks import Reporter, describe_edition, edition_sql, log, router_refusal, verify
 from ._pool import is_pool_exhausted
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
@@ -58,6 +58,7 @@ class Engine(TransactionModes):
         self._held = {"all": 0, "duplicates": 0}
         self._held_lock = threading.Lock()
         self._warned_principal = False
+        self.edition = None  # "c" or "sql" (idem_edition()), once checked; None for a router
 
     # ---- shared pieces ----------------------------------------------------------
 
@@ -169,7 +170,13 @@ class Engine(TransactionModes):
         StoreMisconfigured with the fix when it is not usable."""
         if self.server_wait is None or again:
             t = yield Query(conn, self.sql.preflight, None, False)
-            claim_wait, begin_wait, self.router = verify(t, self.cfg, conn.info.dbname)
+            claim_wait, begin_wait, self.router, edition_schema = verify(t, self.cfg, conn.info.dbname)
+            if edition_schema is not None:
+                e = yield Query(conn, edition_sql(edition_schema), None, False)
+                self.edition = e[0]
+                log.info(describe_edition(self.edition, t[0], edition_schema))
+            else:
+                self.edition = None if self.router else "c"
             self.server_wait = (False, False) if self.cfg.server_wait is False else (claim_wait, begin_wait)
         return self.server_wait
 

@@ -177,6 +177,12 @@ class AsyncRunner:
     def config(self):
         return self.engine.cfg
 
+    @property
+    def edition(self):
+        """Which edition answered the first-use check: "c" (the library) or
+        "sql" (the SQL edition); None before it, and through a router."""
+        return self.engine.edition
+
     async def check(self, wait=None):
         """As pg_idem.Runner.check: refuses to start, saying what to fix, and
         waits up to `wait` seconds for a server that does not answer yet."""

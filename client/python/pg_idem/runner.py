@@ -199,6 +199,12 @@ class Runner:
     def config(self):
         return self.engine.cfg
 
+    @property
+    def edition(self):
+        """Which edition answered the first-use check: "c" (the library) or
+        "sql" (the SQL edition); None before it, and through a router."""
+        return self.engine.edition
+
     def check(self, wait=None):
         """The check the first request makes, now: call it at start-up, to
         refuse to start. The extension is installed, new enough, callable by
