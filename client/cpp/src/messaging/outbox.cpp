@@ -1,7 +1,7 @@
 // The outbox drainer: claim, publish, ack and nack, wait, stop.
 #include <idem/outbox.hpp>
 
-#include "messages_detail.hpp"
+#include "messaging/detail.hpp"
 
 #include <libpq-fe.h>
 

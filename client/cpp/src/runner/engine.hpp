@@ -1,13 +1,15 @@
 // Internal header of the single-flight runner (not installed): the engine
-// behind idem::runner, split by concern over runner*.cpp and
-// lease_keeper.cpp:
-//   runner_statements.cpp  the SQL it sends and the rows it reads back
-//   runner_follow.cpp      claim, follower wait and the claim loop
-//   lease_keeper.cpp       the renewal thread
-//   runner_settle.cpp      giving a claim up, settling an unknown commit
-//   runner.cpp             lease mode (run) and idem::runner itself
-//   runner_fenced.cpp      run_fenced
-//   runner_in_tx.cpp       run_in_transaction
+// behind idem::runner, split by concern over the files of src/runner/:
+//   statements.cpp    the SQL it sends and the rows it reads back
+//   follow.cpp        claim, follower wait and the claim loop
+//   lease_keeper.cpp  the renewal thread
+//   settle.cpp        giving a claim up, settling an unknown commit
+//   runner.cpp        lease mode (run) and idem::runner itself
+//   fenced.cpp        run_fenced
+//   in_tx.cpp         run_in_transaction
+//   checks.cpp        the first use's check of the extension, store errors reported
+//   config.cpp, diagnostics.cpp  the public config and store_error (idem/config.hpp,
+//                     idem/diagnostics.hpp)
 //
 // Follower wake-up. A follower must learn that the winner finished within
 // milliseconds, from any connection, through any pooler. pg_idem 0.3.0's
@@ -263,7 +265,7 @@ public:
     const statements &sql() const { return sql_; }
     // The server's features, asked on conn the first time (then cached);
     // none when asking fails (asked again next time).
-    // The first use also checks the extension (runner_checks.cpp): a
+    // The first use also checks the extension (checks.cpp): a
     // setup_error when it cannot be used as configured.
     server_features features(pg::connection &conn) const;
     // runner::check(): the same on a connection of its own, asked anew.

@@ -2,7 +2,7 @@
 // schema on the path, EXECUTE, the lease within idem.max_lease), which
 // also finds out the server's features, and the reporting of store errors
 // (the on_error hook, one log line per cause).
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 #include <idem/version.hpp>
 

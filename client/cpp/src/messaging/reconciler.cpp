@@ -10,7 +10,7 @@
 // turns out stale rolls back that attempt's writes only.
 #include <idem/reconciler.hpp>
 
-#include "messages_detail.hpp"
+#include "messaging/detail.hpp"
 
 #include <algorithm>
 #include <condition_variable>

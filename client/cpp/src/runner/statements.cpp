@@ -1,5 +1,5 @@
 // The SQL the runner sends and the rows it reads back.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 #include <cctype>
 #include <cstdio>

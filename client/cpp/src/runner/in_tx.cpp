@@ -1,6 +1,6 @@
 // In-transaction mode: idem_begin, the handler and the finalize in one
 // transaction.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 

@@ -1,6 +1,6 @@
 // Shared pieces of the engine, the claim, the follower wait and the claim
 // loop every mode goes round.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 

@@ -1,5 +1,5 @@
 // The winner's renewal thread (lease_keeper).
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 

@@ -1,6 +1,6 @@
 // Fenced mode: the claim commits first, the handler's transaction ends with
 // a fenced idem_finalize.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 

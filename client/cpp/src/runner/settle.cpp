@@ -1,6 +1,6 @@
 // Giving a claim up (release, fail) and settling a commit whose outcome
 // was lost with the connection.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 
