@@ -5,7 +5,7 @@
 // handler runs (lease, fenced: renewal takes a client per renewal) and not
 // while it waits as a follower (between wait slices), so neither a storm
 // of duplicates nor handlers using the same pool can starve it. The protocol is the C++ client's
-// (client/cpp/src/runner.cpp) without the advisory-lock wake-up: followers
+// (client/cpp/src/runner/runner.cpp) without the advisory-lock wake-up: followers
 // use the server-side wait, idem_claim(..., max_wait), when the server has
 // the 4-argument function (checked once per runner), and poll idem_lookup
 // with jittered backoff otherwise. Every query is unnamed (no `name:`), so

@@ -4,7 +4,7 @@ Every step is a generator that yields the I/O it needs (a statement, a
 connection, a sleep, the handler's call, the lease keeper) to a driver:
 pg_idem.runner drives it with blocking calls and a renewal thread,
 pg_idem.aio with awaits and a renewal task. The protocol is the C++
-client's (client/cpp/src/runner.cpp) without the advisory-lock wake-up:
+client's (client/cpp/src/runner/runner.cpp) without the advisory-lock wake-up:
 followers use the server-side wait, idem_claim(..., max_wait), when the
 server has the 4-argument function, and poll idem_lookup with jittered
 backoff otherwise.

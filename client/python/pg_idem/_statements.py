@@ -1,5 +1,5 @@
 """The SQL the runner sends and the rows it reads back (the C++ client's
-runner_statements.cpp): statements schema-qualified when configured, the
+src/runner/statements.cpp): statements schema-qualified when configured, the
 arguments' text forms, and the decoding of a claim function's row."""
 
 import dataclasses
