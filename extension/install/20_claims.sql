@@ -15,14 +15,17 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION idem_request_hash(bytea) IS
     'request hash: SHA-256 of the request body (same as sha256(body))';
 
+-- lock_wait: the longest each wait on another transaction's lock on the
+-- key may last (keys/lock_wait.c); NULL keeps the session's lock_timeout.
 CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea,
                            lease interval DEFAULT NULL,
-                           max_wait interval DEFAULT NULL)
+                           max_wait interval DEFAULT NULL,
+                           lock_wait interval DEFAULT NULL)
 RETURNS idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval) IS
-    'claim a key for one execution, or learn what a follower should do (waiting up to max_wait for the winner)';
+COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval, interval) IS
+    'claim a key for one execution, or learn what a follower should do (waiting up to max_wait for the winner, up to lock_wait for a lock on the key)';
 
 CREATE FUNCTION idem_lookup(cache_key bytea, request_hash bytea)
 RETURNS idem_claim_result
@@ -32,11 +35,12 @@ COMMENT ON FUNCTION idem_lookup(bytea, bytea) IS
     'read-only view of a key, in the shape of idem_claim (a follower''s poll)';
 
 CREATE FUNCTION idem_renew(cache_key bytea, claim_id uuid,
-                           lease interval DEFAULT NULL)
+                           lease interval DEFAULT NULL,
+                           lock_wait interval DEFAULT NULL)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'idem_renew'
 LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION idem_renew(bytea, uuid, interval) IS
+COMMENT ON FUNCTION idem_renew(bytea, uuid, interval, interval) IS
     'extend an owned lease; NULL when the claim is no longer owned';
 
 CREATE FUNCTION idem_finalize(cache_key bytea, claim_id uuid, status integer,

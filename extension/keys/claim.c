@@ -49,6 +49,7 @@
 #include "core/stats.h"
 #include "core/wakeup.h"
 #include "keys/key_table.h"
+#include "keys/lock_wait.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -536,7 +537,11 @@ wait_deadline(FunctionCallInfo fcinfo, int argno)
 	return GetCurrentTimestamp() + usecs;
 }
 
-/* Shared body of idem_claim and idem_begin. */
+/*
+ * Shared body of idem_claim and idem_begin.  lock_wait (lock_wait.c)
+ * bounds the claim's waits on another transaction's lock on the key; the
+ * caller's lock_timeout is back once the claim is decided.
+ */
 static Datum
 claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 {
@@ -544,6 +549,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	ClaimRequest req;
 	TimestampTz deadline;
 	ClaimAnswer answer;
+	int			lock_wait;
 
 	req.cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	req.request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
@@ -553,15 +559,19 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	req.scope = idem_current_scope(namespace);
 	req.claim_id = NULL;
 
+	lock_wait = idem_lock_wait_apply(fcinfo, 4);
 	claim_key(namespace, &req, deadline, &answer);
+	idem_lock_wait_restore(lock_wait);
 	idem_count_outcome(answer.outcome);
 	return claim_result(fcinfo, &answer);
 }
 
 /*
- * idem_claim(cache_key, request_hash, lease, max_wait): claim a key in a
- * transaction of its own (lease mode); the caller commits before running
- * its handler.  A follower may wait up to max_wait for the winner.
+ * idem_claim(cache_key, request_hash, lease, max_wait, lock_wait): claim a
+ * key in a transaction of its own (lease mode); the caller commits before
+ * running its handler.  A follower may wait up to max_wait for the winner;
+ * each wait on another transaction's lock on the key lasts at most
+ * lock_wait.
  */
 Datum
 idem_claim(PG_FUNCTION_ARGS)
@@ -570,11 +580,11 @@ idem_claim(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_begin(cache_key, request_hash, lease, max_wait): claim a key inside
- * the caller's transaction (in-transaction mode).  Duplicates wait on the
- * uncommitted row; the deferred trigger idem_keys_claim_finished refuses
- * to commit the transaction until the claim is finalized, released or
- * failed.
+ * idem_begin(cache_key, request_hash, lease, max_wait, lock_wait): claim a
+ * key inside the caller's transaction (in-transaction mode).  Duplicates
+ * wait on the uncommitted row (at most lock_wait); the deferred trigger
+ * idem_keys_claim_finished refuses to commit the transaction until the
+ * claim is finalized, released or failed.
  */
 Datum
 idem_begin(PG_FUNCTION_ARGS)
