@@ -1,5 +1,7 @@
--- lock_wait, the last argument of idem_claim, idem_begin and idem_renew
--- (keys/lock_wait.c): the call's lock_timeout, for the call only.
+-- lock_wait, the last argument of the five-argument idem_claim and
+-- idem_begin and the four-argument idem_renew (keys/lock_wait.c): the
+-- call's lock_timeout, for the call only.  The shorter signatures, which
+-- the clients released before 0.6.0 call, run with the session's.
 --
 -- What the call ran with is seen from inside it: a row trigger on
 -- idem_keys (fired by the claim's own write, before the call returns)
@@ -42,18 +44,19 @@ SELECT pg_temp.seen() AS in_the_call;
 -- Longer than lock_timeout can say: its largest value.
 SELECT outcome FROM idem_claim(pg_temp.k('d'), idem_request_hash('x'), NULL, NULL, '100 days');
 SELECT pg_temp.seen() AS in_the_call;
--- NULL (and a call without it): the session's lock_timeout.
+-- NULL, and the four-argument form: the session's lock_timeout.
 SELECT outcome FROM idem_claim(pg_temp.k('e'), idem_request_hash('x'), NULL, NULL, NULL);
 SELECT pg_temp.seen() AS in_the_call;
-SELECT outcome FROM idem_claim(pg_temp.k('f'), idem_request_hash('x'));
+SELECT outcome FROM idem_claim(pg_temp.k('f'), idem_request_hash('x'), NULL, NULL);
 SELECT pg_temp.seen() AS in_the_call;
--- By name, as the other optional arguments.
-SELECT outcome FROM idem_claim(pg_temp.k('g'), idem_request_hash('x'), lock_wait => '3s');
+-- By name: every argument is given (NULL keeps a default).
+SELECT outcome FROM idem_claim(pg_temp.k('g'), idem_request_hash('x'), lease => NULL,
+                               max_wait => NULL, lock_wait => '3s');
 SELECT pg_temp.seen() AS in_the_call, current_setting('lock_timeout') AS after_it;
 
 -- Negative: refused, with the fix.
 SELECT outcome FROM idem_claim(pg_temp.k('h'), idem_request_hash('x'), NULL, NULL, '-1s');
-SELECT outcome FROM idem_begin(pg_temp.k('h'), idem_request_hash('x'), lock_wait => '-1 ms');
+SELECT outcome FROM idem_begin(pg_temp.k('h'), idem_request_hash('x'), NULL, NULL, '-1 ms');
 SELECT idem_renew(pg_temp.k('a'), gen_random_uuid(), NULL, '-1s');
 
 -- In the caller's transaction: idem_begin runs with lock_wait, and the
@@ -61,7 +64,7 @@ SELECT idem_renew(pg_temp.k('a'), gen_random_uuid(), NULL, '-1s');
 BEGIN;
 SET LOCAL lock_timeout = '7s';
 SELECT outcome, claim_id AS begun FROM idem_begin(pg_temp.k('t'), idem_request_hash('x'),
-                                                   lock_wait => '250ms') \gset
+                                                   NULL, NULL, '250ms') \gset
 SELECT pg_temp.seen() AS in_the_call, current_setting('lock_timeout') AS handler_runs_with;
 SELECT idem_finalize(pg_temp.k('t'), :'begun', 201, NULL, 'ok') AS finalized;
 COMMIT;
@@ -72,7 +75,7 @@ SELECT current_setting('lock_timeout') AS after_the_transaction;
 BEGIN;
 SET LOCAL lock_timeout = '7s';
 SAVEPOINT before_claim;
-SELECT outcome FROM idem_begin(pg_temp.k('fails inside'), idem_request_hash('x'), lock_wait => '4s');
+SELECT outcome FROM idem_begin(pg_temp.k('fails inside'), idem_request_hash('x'), NULL, NULL, '4s');
 ROLLBACK TO SAVEPOINT before_claim;
 SELECT current_setting('lock_timeout') AS after_the_failed_call;
 COMMIT;
@@ -85,25 +88,13 @@ SELECT claim_id AS renewing FROM idem_claim(pg_temp.k('r'), idem_request_hash('x
 SELECT idem_renew(pg_temp.k('r'), :'renewing', '1 min', '300ms') IS NOT NULL AS renewed;
 SELECT pg_temp.seen() AS in_the_call, current_setting('lock_timeout') AS after_it;
 
--- The C functions serve the SQL definitions of 0.5.0, which have no
--- lock_wait (a rolling upgrade: the library first, ALTER EXTENSION later).
-CREATE FUNCTION public.lock_wait_claim_050(cache_key bytea, request_hash bytea,
-                                           lease interval DEFAULT NULL,
-                                           max_wait interval DEFAULT NULL)
-RETURNS idem_claim_result AS '$libdir/pg_idem', 'idem_claim' LANGUAGE C VOLATILE;
-CREATE FUNCTION public.lock_wait_renew_050(cache_key bytea, claim_id uuid, lease interval DEFAULT NULL)
-RETURNS timestamptz AS '$libdir/pg_idem', 'idem_renew' LANGUAGE C VOLATILE;
-SELECT outcome, claim_id AS old_claim FROM public.lock_wait_claim_050(pg_temp.k('old'), idem_request_hash('x'),
-                                                                      '1 min', '0') \gset
-SELECT :'outcome' AS outcome, pg_temp.seen() AS in_the_call;
-SELECT public.lock_wait_renew_050(pg_temp.k('old'), :'old_claim', '1 min') IS NOT NULL AS renewed;
+-- The three-argument idem_renew: the session's.
+SELECT idem_renew(pg_temp.k('r'), :'renewing', '1 min') IS NOT NULL AS renewed;
 SELECT pg_temp.seen() AS in_the_call;
 
 RESET lock_timeout;
-DROP FUNCTION public.lock_wait_claim_050(bytea, bytea, interval, interval);
-DROP FUNCTION public.lock_wait_renew_050(bytea, uuid, interval);
 DROP TRIGGER lock_wait_record ON idem_keys;
 DROP FUNCTION public.lock_wait_record();
 DROP TABLE public.lock_wait_seen;
 DELETE FROM idem_keys WHERE cache_key IN (SELECT pg_temp.k(n) FROM unnest(
-    ARRAY['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 't', 'fails inside', 'r', 'old']) n);
+    ARRAY['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 't', 'fails inside', 'r']) n);

@@ -15,17 +15,28 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION idem_request_hash(bytea) IS
     'request hash: SHA-256 of the request body (same as sha256(body))';
 
--- lock_wait: the longest each wait on another transaction's lock on the
--- key may last (keys/lock_wait.c); NULL keeps the session's lock_timeout.
 CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea,
                            lease interval DEFAULT NULL,
-                           max_wait interval DEFAULT NULL,
-                           lock_wait interval DEFAULT NULL)
+                           max_wait interval DEFAULT NULL)
+RETURNS idem_claim_result
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval) IS
+    'claim a key for one execution, or learn what a follower should do (waiting up to max_wait for the winner)';
+
+-- The same with lock_wait, the longest each wait on another transaction's
+-- lock on the key may last, for this call only (keys/lock_wait.c).  A
+-- signature of its own, every argument given (NULL for a default): with a
+-- default for lock_wait it would be ambiguous beside the four-argument
+-- form, which stays because the clients released before 0.6.0 look for
+-- it to learn that the server can wait (max_wait).
+CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea, lease interval,
+                           max_wait interval, lock_wait interval)
 RETURNS idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_claim'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval, interval) IS
-    'claim a key for one execution, or learn what a follower should do (waiting up to max_wait for the winner, up to lock_wait for a lock on the key)';
+    'idem_claim, each wait on another transaction''s lock on the key at most lock_wait (NULL: lock_timeout)';
 
 CREATE FUNCTION idem_lookup(cache_key bytea, request_hash bytea)
 RETURNS idem_claim_result
@@ -35,13 +46,21 @@ COMMENT ON FUNCTION idem_lookup(bytea, bytea) IS
     'read-only view of a key, in the shape of idem_claim (a follower''s poll)';
 
 CREATE FUNCTION idem_renew(cache_key bytea, claim_id uuid,
-                           lease interval DEFAULT NULL,
-                           lock_wait interval DEFAULT NULL)
+                           lease interval DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'idem_renew'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_renew(bytea, uuid, interval) IS
+    'extend an owned lease; NULL when the claim is no longer owned';
+
+-- With lock_wait, as idem_claim: a lease keeper must not outwait its own
+-- lease behind a take-over in flight.
+CREATE FUNCTION idem_renew(cache_key bytea, claim_id uuid, lease interval, lock_wait interval)
 RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'idem_renew'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_renew(bytea, uuid, interval, interval) IS
-    'extend an owned lease; NULL when the claim is no longer owned';
+    'idem_renew, a wait on another transaction''s lock on the key at most lock_wait (NULL: lock_timeout)';
 
 CREATE FUNCTION idem_finalize(cache_key bytea, claim_id uuid, status integer,
                               headers jsonb, body bytea,
