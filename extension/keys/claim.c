@@ -201,7 +201,7 @@ own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)
 	/* Drawn at the first write: a follower's answer needs no token. */
 	if (req->claim_id == NULL)
 		req->claim_id = new_claim_id();
-	row->state = KEY_PENDING;
+	row->state = IDEM_KEY_PENDING;
 	row->request_hash = req->request_hash;
 	row->claim_id = req->claim_id;
 	row->generation = next_generation(table, row);
@@ -266,7 +266,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 
 	ttl_passed = GetCurrentTimestamp() - row->created_at > (int64) idem_ttl_s * USECS_PER_SEC;
 
-	if (row->state == KEY_COMPLETED)
+	if (row->state == IDEM_KEY_COMPLETED)
 	{
 		if (ttl_passed)
 			return after_ttl(answer);
@@ -276,7 +276,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 			answer->outcome = row->replayable ? IDEM_OUTCOME_REPLAY : IDEM_OUTCOME_NOT_REPLAYABLE;
 		return VERDICT_ANSWER;
 	}
-	if (row->state == KEY_EXPIRED)
+	if (row->state == IDEM_KEY_EXPIRED)
 		return after_ttl(answer);
 
 	/* pending or failed: a lease or a cooldown, live or over */
@@ -289,7 +289,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 		}
 		answer->has_lease = true;
 		answer->lease_expires_at = row->lease_expires_at;
-		if (row->state == KEY_PENDING)
+		if (row->state == IDEM_KEY_PENDING)
 		{
 			answer->outcome = IDEM_OUTCOME_IN_PROGRESS;
 			answer->retry_after_us = Min(left, IN_PROGRESS_HINT_US);
@@ -313,7 +313,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 		answer->outcome = IDEM_OUTCOME_RECOVERED_ABANDONED;
 		return VERDICT_STEAL;
 	}
-	if (row->state == KEY_FAILED && ttl_passed)
+	if (row->state == IDEM_KEY_FAILED && ttl_passed)
 		return after_ttl(answer);
 	answer->outcome = IDEM_OUTCOME_MISMATCH;
 	return VERDICT_ANSWER;

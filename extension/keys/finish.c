@@ -190,7 +190,7 @@ finalize_change(KeyRow *row, const void *arg)
 {
 	const Response *response = arg;
 
-	row->state = KEY_COMPLETED;
+	row->state = IDEM_KEY_COMPLETED;
 	row->has_status = true;
 	row->response_status = response->status;
 	row->headers_null = response->headers == (Datum) 0;
@@ -299,7 +299,7 @@ fail_change(KeyRow *row, const void *arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	row->state = KEY_FAILED;
+	row->state = IDEM_KEY_FAILED;
 	row->lease_expires_at = idem_time_plus(now, (Interval *) arg);
 	row->has_finished = true;
 	row->finished_at = now;

@@ -32,6 +32,7 @@
 
 #include "core/arguments.h"
 #include "core/compat.h"
+#include "core/protocol.h"
 #include "core/scope.h"
 #include "core/settings.h"
 #include "core/statements.h"
@@ -104,7 +105,7 @@ read_held(Drain *drain, Datum id)
 	if (IS_NULL(drain, QUEUE_STATE) || IS_NULL(drain, QUEUE_SCOPE) ||
 		IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
 		memcmp(DatumGetUUIDP(COLUMN(drain, QUEUE_CLAIM_TOKEN)), drain->token, UUID_LEN) != 0 ||
-		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), "dead"))
+		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), IDEM_OUTBOX_DEAD_NAME))
 		return false;
 	scope = idem_scope_of_value(COLUMN(drain, QUEUE_SCOPE), drain->scope_type);
 	return scope == drain->scope || scope == IDEM_SHARED_SCOPE;
@@ -256,7 +257,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, true, true};
-	const char *outcome = "stale";
+	const char *outcome = IDEM_OUTBOX_NACK_STALE;
 	Drain		drain;
 
 	idem_require_arg(fcinfo, 0, "token");
@@ -279,7 +280,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		direct_set(drain.queue, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
 		if (is_dead)
 		{
-			direct_set(drain.queue, QUEUE_STATE, CStringGetTextDatum("dead"), false);
+			direct_set(drain.queue, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
 			direct_set(drain.queue, QUEUE_DEAD_AT, TimestampTzGetDatum(now), false);
 		}
 		else
@@ -295,12 +296,12 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		resnull[1] = false;
 		if (is_dead)
 		{
-			outcome = "dead";
+			outcome = IDEM_OUTBOX_NACK_DEAD;
 			idem_count(IDEM_STAT_OUTBOX_DEAD, 1);
 		}
 		else
 		{
-			outcome = "retry";
+			outcome = IDEM_OUTBOX_NACK_RETRY;
 			result[2] = IntervalPGetDatum(backoff);
 			resnull[2] = false;
 			idem_count(IDEM_STAT_OUTBOX_NACKED, 1);
@@ -310,7 +311,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		break;
 	}
 	direct_close(drain.queue);
-	if (strcmp(outcome, "stale") == 0)
+	if (strcmp(outcome, IDEM_OUTBOX_NACK_STALE) == 0)
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);
 
 	result[0] = CStringGetTextDatum(outcome);
