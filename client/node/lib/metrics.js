@@ -1,8 +1,8 @@
 'use strict';
 // Prometheus counters for the runner, with prom-client (the application's
-// own, a peer dependency): the C++ client's series
-// (client/cpp/examples/prometheus_metrics.hpp), so one dashboard serves
-// every language:
+// own, a peer dependency): the protocol's series (protocol.toml's
+// [metrics], the same in every client), so one dashboard serves every
+// language:
 //
 //   idem_client_requests_total{outcome}   one per request (CLIENT_OUTCOMES)
 //   idem_client_events_total{event}       claim lifecycle events (EVENTS)
@@ -10,11 +10,7 @@
 // Every label value starts at zero, so that rate() sees each series from
 // the first scrape.
 
-const { CLIENT_OUTCOMES } = require('./protocol');
-
-// The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
-const EVENTS = Object.freeze(['claimed', 'recovered_ttl', 'recovered_abandoned', 'pending_wait', 'retryable_cooldown',
-  'lease_stolen', 'finalize_error', 'release_error', 'unknown_outcome', 'finalized']);
+const { CLIENT_OUTCOMES, EVENTS, METRICS } = require('./protocol');
 
 // A metrics observer ({onOutcome, onEvent}) backed by prom-client counters in
 // `registry` (prom-client's global register by default).
@@ -29,17 +25,14 @@ function prometheus({ registry, promClient } = {}) {
   }
   const registers = registry ? [registry] : [client.register];
   const existing = (name) => registers[0].getSingleMetric(name);
-  const requests = existing('idem_client_requests_total') || new client.Counter({
-    name: 'idem_client_requests_total', help: 'Requests through the pg_idem runner, by outcome.', labelNames: ['outcome'], registers,
-  });
-  const events = existing('idem_client_events_total') || new client.Counter({
-    name: 'idem_client_events_total', help: 'Claim lifecycle events seen by the pg_idem runner.', labelNames: ['event'], registers,
-  });
-  for (const outcome of CLIENT_OUTCOMES) requests.inc({ outcome }, 0);
-  for (const event of EVENTS) events.inc({ event }, 0);
+  const counter = (s) => existing(s.name) || new client.Counter({ name: s.name, help: s.help, labelNames: [s.label], registers });
+  const requests = counter(METRICS.requests);
+  const events = counter(METRICS.events);
+  for (const outcome of CLIENT_OUTCOMES) requests.inc({ [METRICS.requests.label]: outcome }, 0);
+  for (const event of EVENTS) events.inc({ [METRICS.events.label]: event }, 0);
   return {
-    onOutcome: (outcome) => requests.inc({ outcome }),
-    onEvent: (event) => events.inc({ event }),
+    onOutcome: (outcome) => requests.inc({ [METRICS.requests.label]: outcome }),
+    onEvent: (event) => events.inc({ [METRICS.events.label]: event }),
   };
 }
 

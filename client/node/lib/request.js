@@ -2,6 +2,8 @@
 // A run's input and output: the request as the runner reads it, the result
 // it answers (RunResult), and what a handler knows about its claim.
 
+const { ClientOutcome } = require('./protocol');
+
 // What a handler knows about the claim it runs under.
 class ClaimContext {
   constructor(generation = 0n, claimId = null, cacheKey = null, keeper = null) {
@@ -36,7 +38,7 @@ function normalizeRequest(req) {
 }
 
 function result() {
-  return { response: null, outcome: 'failed', handlerRan: false, replayed: false, leaseStolen: false,
+  return { response: null, outcome: ClientOutcome.FAILED, handlerRan: false, replayed: false, leaseStolen: false,
     outcomeUnknown: false, generation: 0n, error: null };
 }
 

@@ -6,8 +6,14 @@ pg_idem.runner drives it with blocking calls and a renewal thread,
 pg_idem.aio with awaits and a renewal task. The protocol is the C++
 client's (client/cpp/src/runner/runner.cpp) without the advisory-lock wake-up:
 followers use the server-side wait, idem_claim(..., max_wait), when the
-server has the 4-argument function, and poll idem_lookup with jittered
-backoff otherwise.
+server has it (0.3.0 and newer; not with Config(server_wait=False)), and
+poll idem_lookup with jittered backoff otherwise. The claims pass
+lock_wait as an argument where the server takes it (0.6.0 and newer) and
+set lock_timeout around the call on older servers (_statements._Legacy).
+
+The names of outcomes, events and problems are the protocol's constants
+(pg_idem.protocol, generated from extension/protocol/protocol.toml), never
+string literals: the static suite refuses a literal copy.
 """
 
 import dataclasses
@@ -18,6 +24,7 @@ import psycopg
 
 from . import protocol
 from ._checks import Reporter, log, router_refusal, verify
+from .protocol import Action, ClientErrors, ClientOutcome as Out, Event, ServerOutcome
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -25,17 +32,17 @@ from .key import KeyStatus, cache_key, check_key_header, request_hash
 # The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
 from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, Batch, CallHandler, Query,  # noqa: F401
                    Release, Sleep, StartKeeper, StopKeeper, pipeline_mode, unprepared_retry)
-# _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
-from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
+# _ms_text, _lock_wait_text and parse_size_setting are the drivers' and tests' too.
+from ._statements import Statements, _lock_wait_text, _ms_text, _text, parse_row, parse_size_setting
 
 # How many times a result whose handler has run is sent (each failure
 # settled by reading the key) before it is left to its lease.
 STORE_ATTEMPTS = 3
-# The longest a follower waits inside one idem_claim / idem_begin call.
-# 0.1 s: behind PgBouncer (pool 5) 20 duplicates of a 300 ms handler were
-# answered after 0.62-0.70 s (0.47-0.63 s direct); 0.25 s took 1.1 s, and a
-# whole budget's wait 15 s with 409s.
-WAIT_SLICE = 0.1
+# The longest a follower waits inside one idem_claim / idem_begin call
+# (protocol.toml says why). Measured: behind PgBouncer (pool 5) 20 duplicates
+# of a 300 ms handler were answered after 0.62-0.70 s with 0.1 s (0.47-0.63 s
+# direct); 0.25 s took 1.1 s, and a whole budget's wait 15 s with 409s.
+WAIT_SLICE = protocol.DEFAULTS["wait_slice_ms"] / 1000.0
 ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
              "serializable": "SERIALIZABLE"}
 
@@ -88,17 +95,14 @@ class ClaimContext:
 class RunResult:
     """response is what to send; the rest says what happened."""
     response: Response = None
-    outcome: str = "failed"   # won_completed replay conflict timeout failed
-    #                           completed_uncacheable unguarded rejected
+    outcome: str = Out.FAILED  # a protocol.ClientOutcome
     handler_ran: bool = False
     replayed: bool = False
     lease_stolen: bool = False
     outcome_unknown: bool = False
     generation: int = 0
     error: BaseException = None
-    # The claim's lifecycle events in this run (the metrics' event label):
-    # claimed recovered_ttl recovered_abandoned pending_wait retryable_cooldown
-    # lease_stolen finalize_error release_error unknown_outcome finalized
+    # The claim's lifecycle events in this run (protocol.Event, the metrics' event label).
     events: list = dataclasses.field(default_factory=list)
 
 
@@ -106,12 +110,11 @@ class _Call:
     """Per request state."""
 
     def __init__(self, cfg, req):
-        # The namespace (a service's name, no spaces) prefixes the target,
-        # "payments /orders", as in the Node client, so replicas of one
-        # service in two languages share their keys; no raw target has a
-        # space, so it is no other pair's.
-        target = req.target if cfg.namespace is None else cfg.namespace + " " + req.target
-        self.ck = cache_key(req.principal, req.method, target, req.keys[0])
+        # The namespace (a service's name) goes where protocol.toml says,
+        # as in the other clients, so replicas of one service in two
+        # languages share their keys.
+        self.ck = cache_key(req.principal, req.method, protocol.namespaced_target(cfg.namespace, req.target),
+                            req.keys[0])
         self.rh = request_hash(req.body if cfg.fingerprint is None else cfg.fingerprint(req.body))
         self.deadline = time.monotonic() + cfg.follower_wait_budget
         self.iterations = 0
@@ -154,6 +157,7 @@ class Engine:
         self.allow = HeaderAllowlist(self.cfg.replay_headers)
         self.sql = Statements(self.cfg.schema)
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
+        self.lock_wait = False  # the server takes lock_wait (0.6.0), once checked
         self.router = False  # the server is a PL/Proxy router (no extension), once checked
 
     # ---- shared pieces ----------------------------------------------------------
@@ -168,11 +172,11 @@ class Engine:
 
     def unavailable(self, c, err):
         c.res.error = c.res.error or err
-        return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), "failed")
+        return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), Out.FAILED)
 
     def timed_out(self, c):
         """The answer of a follower whose wait budget ran out (the protocol's in_progress)."""
-        o = protocol.OUTCOMES["in_progress"]
+        o = protocol.OUTCOMES[ServerOutcome.IN_PROGRESS]
         return self.answer(c, problems.by_name(o.problem, self.cfg.profile, self.cfg.retry_after), o.result)
 
     def prepare(self, req):
@@ -181,11 +185,11 @@ class Engine:
         p = self.cfg.profile
         ks = check_key_header(req.keys)
         if ks is KeyStatus.ABSENT and req.key_required:
-            return RunResult(problems.missing_key(p), "rejected"), None
+            return RunResult(problems.missing_key(p), Out.REJECTED), None
         if ks not in (KeyStatus.ABSENT, KeyStatus.OK):
-            return RunResult(problems.invalid_key(p, ks), "rejected"), None
+            return RunResult(problems.invalid_key(p, ks), Out.REJECTED), None
         if len(req.body) > self.cfg.max_request_body_bytes:
-            return RunResult(problems.request_too_large(p, self.cfg.max_request_body_bytes), "rejected"), None
+            return RunResult(problems.request_too_large(p, self.cfg.max_request_body_bytes), Out.REJECTED), None
         if ks is KeyStatus.ABSENT:
             return None, None
         return None, _Call(self.cfg, req)
@@ -195,20 +199,27 @@ class Engine:
         422) under Config.client_errors="release" (the default, as Stripe):
         not stored, so that the corrected retry with the same key runs."""
         action = classify(status)
-        if action == FINALIZE and status in protocol.VALIDATION_STATUSES and self.cfg.client_errors == "release":
+        if (action == FINALIZE and status in protocol.VALIDATION_STATUSES
+                and self.cfg.client_errors == ClientErrors.RELEASE):
             return RELEASE
         return action
 
     def capabilities(self, conn, again=False):
         """Checks once per runner (until it passes) that the extension is
-        there, new enough, callable by this role and on its path, and
-        whether the server waits for followers itself; raises
-        StoreMisconfigured with the fix when it is not usable."""
+        there, new enough (or a router has the functions the runner calls),
+        callable by this role and on its path; raises StoreMisconfigured
+        with the fix when it is not usable. (claim, begin): whether the
+        runner lets followers wait in the server."""
         if self.server_wait is None or again:
             t = yield Query(conn, self.sql.preflight, None, False)
-            claim_wait, begin_wait, self.router = verify(t, self.cfg, conn.info.dbname)
+            claim_wait, begin_wait, self.lock_wait, self.router = verify(t, self.cfg, conn.info.dbname)
             self.server_wait = (False, False) if self.cfg.server_wait is False else (claim_wait, begin_wait)
         return self.server_wait
+
+    @property
+    def calls(self):
+        """The claims and the renewal in the form the server takes (after capabilities())."""
+        return self.sql if self.lock_wait else self.sql.legacy
 
     def refuse_router(self, c, conn, mode):
         """The 503 for a mode that cannot go through a PL/Proxy router
@@ -235,10 +246,10 @@ class Engine:
             return res
         if res.error is not None:
             self.reporter.report(res.error, req)
-        if res.lease_stolen and "lease_stolen" not in res.events:
-            res.events.append("lease_stolen")
-        if res.outcome_unknown and "unknown_outcome" not in res.events:
-            res.events.append("unknown_outcome")
+        if res.lease_stolen and Event.LEASE_STOLEN not in res.events:
+            res.events.append(Event.LEASE_STOLEN)
+        if res.outcome_unknown and Event.UNKNOWN_OUTCOME not in res.events:
+            res.events.append(Event.UNKNOWN_OUTCOME)
         if self.metrics is not None:
             try:
                 self.metrics.on_outcome(res.outcome)
@@ -260,10 +271,10 @@ class Engine:
             # to store its result (the server wakes a follower the moment
             # the winner commits, so a slice costs no latency).
             part = min(rem, WAIT_SLICE)
-            t = yield Query(conn, self.sql.claim_wait,
-                            (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
+            t = yield Query(conn, self.calls.claim_wait, dict(ck=c.ck, rh=c.rh, lease=lease, wait=_ms_text(part),
+                                                              lock=_lock_wait_text(part + 1.0)))
         else:
-            t = yield Query(conn, self.sql.claim, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+            t = yield Query(conn, self.calls.claim, dict(ck=c.ck, rh=c.rh, lease=lease, lock=_lock_wait_text(rem)))
         return parse_row(t)
 
     def lookup(self, c, conn):
@@ -273,21 +284,21 @@ class Engine:
         """A follower's answer, or "wait" / "claim": what the protocol's
         OUTCOMES table says a client does with the row's outcome."""
         o = protocol.OUTCOMES.get(row.outcome)
-        if o is None or o.action == "run":
+        if o is None or o.action == Action.RUN:
             # A win is the claim's (loop), never a follower's or a lookup's.
             raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % row.outcome)
-        if o.action == "replay":
+        if o.action == Action.REPLAY:
             headers = headers_from_json(row.headers_json)
             headers.append((REPLAY_HEADER, "true"))
             c.res.response = Response(row.status or 200, headers, row.body or b"")
             c.res.replayed = True
             return self.finish(c, o.result)
-        if o.action == "answer":
-            if o.name == "cooldown":
-                c.res.events.append("retryable_cooldown")
+        if o.action == Action.ANSWER:
+            if o.name == ServerOutcome.COOLDOWN:
+                c.res.events.append(Event.RETRYABLE_COOLDOWN)
             ra = row.retry_after if row.retry_after is not None else self.cfg.retry_after
             return self.answer(c, problems.by_name(o.problem, self.cfg.profile, ra), o.result)
-        return o.action  # "wait" or "claim"
+        return o.action  # Action.WAIT or Action.CLAIM
 
     def follow(self, c, row, server_wait):
         """The answer, or (claim?, wait in the server?) for the next round."""
@@ -297,10 +308,10 @@ class Engine:
             return self.unavailable(c, e)
         if isinstance(n, RunResult):
             return n
-        if n == "claim":
+        if n == Action.CLAIM:
             return (True, False)
-        if "pending_wait" not in c.res.events:
-            c.res.events.append("pending_wait")
+        if Event.PENDING_WAIT not in c.res.events:
+            c.res.events.append(Event.PENDING_WAIT)
         if time.monotonic() >= c.deadline:
             return self.timed_out(c)
         if server_wait:
@@ -333,7 +344,7 @@ class Engine:
             except psycopg.Error as e:
                 return self.unavailable(c, e)
             if do_claim and row.won:
-                c.res.events.append(row.outcome)  # claimed, recovered_ttl, recovered_abandoned
+                c.res.events.append(row.outcome)  # a winner's outcome is its event (protocol.toml)
                 return (yield from win(row))
             caps = self.server_wait or (False, False)
             n = yield from self.follow(c, row, caps[0])
@@ -355,7 +366,7 @@ class Engine:
                 c.res.lease_stolen = True
         except psycopg.Error as e:
             c.res.error = c.res.error or e
-            c.res.events.append("release_error")
+            c.res.events.append(Event.RELEASE_ERROR)
         finally:
             if fresh is not None:
                 yield Release(fresh)
@@ -380,12 +391,13 @@ class Engine:
             c.res.error = c.res.error or e
             return "unknown", None
         try:
-            t = yield Query(conn, self.sql.renew, (c.ck, claim_id, _ms_text(self.cfg.lease),
-                                                   _lock_timeout_text(self.cfg.follower_wait_budget)), False)
+            t = yield Query(conn, self.calls.renew, dict(ck=c.ck, claim=claim_id, lease=_ms_text(self.cfg.lease),
+                                                         lock=_lock_wait_text(self.cfg.follower_wait_budget)), False)
             if t and t[0]:
                 return "not_committed", conn
             row = parse_row((yield Query(conn, self.sql.lookup, (c.ck, c.rh), False)))
-            if row.outcome in ("replay", "not_replayable") and row.generation in (0, generation):
+            if (row.outcome in (ServerOutcome.REPLAY, ServerOutcome.NOT_REPLAYABLE)
+                    and row.generation in (0, generation)):
                 return "committed", conn
             return "lost", conn
         except psycopg.Error as e:
@@ -401,7 +413,7 @@ class Engine:
         if c is None:
             res = RunResult(handler_ran=True)
             res.response = _as_response((yield CallHandler(handler, (ClaimContext(),))))
-            res.outcome = "unguarded"
+            res.outcome = Out.UNGUARDED
             return res
         try:
             conn = yield Acquire()
@@ -422,7 +434,7 @@ class Engine:
         except Exception:
             yield StopKeeper(keeper)
             yield from self.give_up(c, conn, row.claim_id, FAIL)
-            self.finish(c, "failed")
+            self.finish(c, Out.FAILED)
             raise
         yield StopKeeper(keeper)
         yield from self.store_lease(c, conn, row, resp)
@@ -435,7 +447,7 @@ class Engine:
         action = self.classify(resp.status)
         if action != FINALIZE:
             yield from self.give_up(c, conn, row.claim_id, action)
-            c.res.outcome = "failed" if action == FAIL else "won_completed"
+            c.res.outcome = Out.FAILED if action == FAIL else Out.WON_COMPLETED
             return
         params = self.finalize_params(c, row.claim_id, resp, False)
         # The handler has run: whatever goes wrong from here, the key is
@@ -453,7 +465,7 @@ class Engine:
                 t = yield Query(target, self.sql.finalize, params, prepare)
             except psycopg.Error as e:
                 c.res.error = e
-                c.res.events.append("finalize_error")
+                c.res.events.append(Event.FINALIZE_ERROR)
                 discard = target is not None and (target.broken or _sqlstate(e) in PREPARED_STATEMENT_ERRORS)
                 if fresh is not None:
                     yield Release(fresh, discard)
@@ -467,21 +479,21 @@ class Engine:
                 if state == "not_committed":
                     continue
                 if state == "committed":
-                    c.res.outcome = "won_completed"
+                    c.res.outcome = Out.WON_COMPLETED
                 elif state == "lost":
-                    c.res.lease_stolen, c.res.outcome = True, "won_completed"
+                    c.res.lease_stolen, c.res.outcome = True, Out.WON_COMPLETED
                 else:
-                    c.res.outcome_unknown, c.res.outcome = True, "failed"
+                    c.res.outcome_unknown, c.res.outcome = True, Out.FAILED
                 return
             if fresh is not None:
                 yield Release(fresh)
             if not t or not t[0]:
-                c.res.lease_stolen, c.res.outcome = True, "won_completed"
+                c.res.lease_stolen, c.res.outcome = True, Out.WON_COMPLETED
                 return
-            c.res.outcome = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
-            c.res.events.append("finalized")
+            c.res.outcome = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, _text(t[1])) else Out.WON_COMPLETED
+            c.res.events.append(Event.FINALIZED)
             return
-        c.res.outcome_unknown, c.res.outcome = True, "failed"
+        c.res.outcome_unknown, c.res.outcome = True, Out.FAILED
 
     # ---- transactions ----------------------------------------------------------------
 
@@ -515,7 +527,7 @@ class Engine:
                 yield from self.begin(tx, isolation)
                 resp = _as_response((yield CallHandler(handler, (tx, ClaimContext()))))
                 yield Query(tx, "ROLLBACK" if classify(resp.status) == FAIL else "COMMIT", None, False)
-                res.response, res.outcome = resp, "unguarded"
+                res.response, res.outcome = resp, Out.UNGUARDED
                 return res
             except psycopg.Error as e:
                 yield from self.rollback_quietly(tx)
@@ -552,7 +564,7 @@ class Engine:
         c.res.generation = row.generation
         keeper = yield StartKeeper(conn, c.ck, row.claim_id)
         ctx = ClaimContext(row.generation, row.claim_id, c.ck, keeper)
-        todo, action, result, resp, err = "give_up", FAIL, "failed", None, None
+        todo, action, result, resp, err = "give_up", FAIL, Out.FAILED, None, None
         for attempt in range(1, self.cfg.transaction_attempts + 1):
             try:
                 tx = yield Acquire(second=True)
@@ -582,7 +594,7 @@ class Engine:
                         break
                     if action == RELEASE:
                         yield Query(tx, "COMMIT", None, False)
-                        result = "won_completed"
+                        result = Out.WON_COMPLETED
                         break
                     # The fence: raises IL001 if the claim is no longer ours,
                     # taking the handler's writes down with it (COMMIT, in
@@ -592,8 +604,8 @@ class Engine:
                     t = (yield Batch([Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
                                             False),
                                       Query(tx, "COMMIT", None, False)]))[0]
-                    result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
-                    c.res.events.append("finalized")
+                    result = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, _text(t[1])) else Out.WON_COMPLETED
+                    c.res.events.append(Event.FINALIZED)
                     todo = "done"
                     break
                 except psycopg.Error as e:
@@ -605,15 +617,15 @@ class Engine:
                         break
                     if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
                         continue
-                    c.res.error, todo = e, "pending"
-                    c.res.events.append("finalize_error")
+                    c.res.error, todo = e, "unsettled"
+                    c.res.events.append(Event.FINALIZE_ERROR)
                     if committing and broken:
                         # The COMMIT was in flight: read the key, never re-run.
                         state, probe = yield from self.settle(c, row.claim_id, row.generation)
                         if probe is not None:
                             yield Release(probe)
                         if state == "committed":
-                            result = "completed_uncacheable" if self.uncached(resp, None) else "won_completed"
+                            result = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, None) else Out.WON_COMPLETED
                             todo = "done"
                         elif state == "lost":
                             todo = "follow"
@@ -624,17 +636,17 @@ class Engine:
         if todo == "give_up":
             yield from self.give_up(c, conn, row.claim_id, action)
         if err is not None:
-            self.finish(c, "failed")
+            self.finish(c, Out.FAILED)
             raise err
         if todo == "follow":
             c.deadline = time.monotonic() + self.cfg.follower_wait_budget
             return (yield from self.loop(c, conn, lambda r: self.win_fenced(c, conn, r, handler, isolation),
                                          claim_first=False))
-        if todo == "pending":
+        if todo == "unsettled":
             # Nothing of this run is stored and the key stays ours until its
             # lease runs out; a retry with the same key is answered from it then.
             c.res.outcome_unknown = True
-            resp, result = problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed"
+            resp, result = problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), Out.FAILED
         c.res.response = resp
         return self.finish(c, result)
 
@@ -690,10 +702,11 @@ class Engine:
                     # transaction, bounded by the budget.
                     if wait and caps[1]:
                         part = min(rem, WAIT_SLICE)  # in slices, as claim()'s
-                        claim = Query(conn, self.sql.begin_wait,
-                                      (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
+                        claim = Query(conn, self.calls.begin_wait, dict(ck=c.ck, rh=c.rh, lease=lease, wait=_ms_text(part),
+                                                                        lock=_lock_wait_text(part + 1.0)))
                     else:
-                        claim = Query(conn, self.sql.begin, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+                        claim = Query(conn, self.calls.begin, dict(ck=c.ck, rh=c.rh, lease=lease,
+                                                                   lock=_lock_wait_text(rem)))
                     # BEGIN, the claim and the handler's savepoint in one
                     # flight (a follower rolls the savepoint back with the rest).
                     in_tx = True
@@ -731,7 +744,7 @@ class Engine:
                         continue  # everything rolled back, the claim too: run it again
                     # The handler raised: keep a cooldown, drop its writes.
                     yield from self.keep_cooldown(c, conn, row.claim_id)
-                    self.finish(c, "failed")
+                    self.finish(c, Out.FAILED)
                     raise
                 # The handler has returned: an error from here on is the
                 # store's. It is answered, not raised, and never runs the
@@ -765,15 +778,15 @@ class Engine:
                     # (duplicates waiting in idem_begin are not run at once)
                     # and tell the caller that its result was not stored.
                     c.res.error = e
-                    c.res.events.append("finalize_error")
+                    c.res.events.append(Event.FINALIZE_ERROR)
                     c.res.outcome_unknown = conn.broken
                     yield from self.keep_cooldown(c, conn, row.claim_id)
-                    return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed")
+                    return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), Out.FAILED)
                 c.res.response = resp
                 if action == FINALIZE:
-                    c.res.events.append("finalized")
-                    return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")
-                return self.finish(c, "failed" if action == FAIL else "won_completed")
+                    c.res.events.append(Event.FINALIZED)
+                    return self.finish(c, Out.COMPLETED_UNCACHEABLE if self.uncached(resp, setting) else Out.WON_COMPLETED)
+                return self.finish(c, Out.FAILED if action == FAIL else Out.WON_COMPLETED)
 
             if in_tx:
                 yield from self.rollback_quietly(conn, True)

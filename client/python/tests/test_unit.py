@@ -6,6 +6,8 @@ import struct
 
 import pytest
 
+import pg_idem
+
 from pg_idem import (Config, ConfigError, HeaderAllowlist, InvalidKey, KeyStatus, Request, Response,
                      cache_key, check_key, check_key_header, classify, is_never_stored, problems,
                      request_hash)
@@ -93,15 +95,24 @@ def test_problem_details_per_profile():
     assert r.header("content-type") == "application/problem+json"
     body = json.loads(r.body)
     assert body["status"] == 409 and body["type"].startswith("urn:pg-idem:problem:") and body["title"]
-    assert problems.in_progress("seed", 1).status == 503
+    assert problems.in_progress("conflict409", 1).status == 503
     assert problems.key_reused("ietf").status == 422
-    assert problems.key_reused("seed").status == 409
+    assert problems.key_reused("conflict409").status == 409
     assert problems.cooldown("ietf", 1.5).header("Retry-After") == "2"
     assert problems.not_replayable("ietf").status == 409
     assert problems.expired("ietf").status == 410
     assert problems.missing_key("ietf").status == 400
     assert problems.invalid_key("ietf", KeyStatus.TOO_LONG).status == 400
     assert problems.request_too_large("ietf", 10).status == 413
+
+
+def test_seed_is_a_deprecated_name_of_conflict409():
+    with pytest.warns(DeprecationWarning, match="'seed' is now 'conflict409'.*0.7.0"):
+        assert Config(profile="seed").profile == "conflict409"
+    with pytest.warns(DeprecationWarning, match="seed"):
+        assert problems.key_reused("seed").status == 409
+    with pytest.warns(DeprecationWarning, match="pg_idem.SEED is now pg_idem.CONFLICT409"):
+        assert pg_idem.SEED == pg_idem.CONFLICT409 == "conflict409"
 
 
 def test_retry_after_rounds_up_to_whole_seconds():

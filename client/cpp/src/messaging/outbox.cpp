@@ -1,5 +1,6 @@
 // The outbox drainer: claim, publish, ack and nack, wait, stop.
 #include <idem/outbox.hpp>
+#include <idem/protocol.hpp>
 
 #include "messaging/detail.hpp"
 
@@ -211,9 +212,9 @@ struct drainer::state
         for (const auto &[id, error] : failed)
         {
             const std::string outcome = exec_uncanceled(c, sql.nack, token, id, error).get_text(0, 0);
-            if (outcome == "retry")
+            if (outcome == protocol::outbox_nack::retry)
                 ++rep.retried;
-            else if (outcome == "dead")
+            else if (outcome == protocol::outbox_nack::dead)
                 ++rep.dead;
             else
                 ++rep.stale;

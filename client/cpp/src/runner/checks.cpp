@@ -23,14 +23,18 @@ const char *const check_sql =
     " ('idem_claim', 'idem_lookup', 'idem_begin', 'idem_renew', 'idem_finalize', "
     "  'idem_release', 'idem_fail') "
     " AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), "
+    // max_wait (0.3.0: a fourth argument) and lock_wait (0.6.0: a fifth).
     "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
-    " AND p.proname = 'idem_claim' AND p.pronargs = 4 "
+    " AND p.proname = 'idem_claim' AND p.pronargs >= 4 "
     " AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype), "
     "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
-    " AND p.proname = 'idem_begin' AND p.pronargs = 4 "
+    " AND p.proname = 'idem_begin' AND p.pronargs >= 4 "
     " AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype), "
     "(SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
-    "CURRENT_USER::text, pg_catalog.current_database()::text "
+    "CURRENT_USER::text, pg_catalog.current_database()::text, "
+    "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
+    " AND p.proname = 'idem_claim' AND p.pronargs = 5 "
+    " AND p.proargtypes[4] = 'pg_catalog.interval'::pg_catalog.regtype) "
     "FROM (SELECT) one LEFT JOIN (SELECT e.extversion, e.extnamespace, n.nspname::text "
     " FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n "
     " ON n.oid OPERATOR(pg_catalog.=) e.extnamespace WHERE e.extname = 'pg_idem' "
@@ -153,6 +157,7 @@ server_features engine::check_row(const pg::result &r) const
     server_features f;
     f.claim_wait = r.get_bool(0, 4);
     f.begin_wait = r.get_bool(0, 5);
+    f.lock_wait = r.get_bool(0, 9);
     f.router = router;
     return f;
 }

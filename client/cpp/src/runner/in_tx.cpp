@@ -1,10 +1,38 @@
 // In-transaction mode: idem_begin, the handler and the finalize in one
-// transaction.
+// transaction. run_in_tx goes round a loop of parts, each deciding one
+// thing: begin_in_tx (the claim and what its errors mean), run_handler_in_tx
+// (whether the handler's error is retried, or fails the claim) and
+// store_in_tx (how the handler's result is stored with its transaction).
 #include "runner/engine.hpp"
 
 namespace idem::detail {
 
 // ---- in-transaction mode --------------------------------------------------------
+
+namespace {
+
+// A 40001 or 40P01: the server rolled the transaction back and asks for a retry.
+bool transient(const std::exception &e)
+{
+    return dynamic_cast<const pg::serialization_failure *>(&e) ||
+           dynamic_cast<const pg::deadlock_detected *>(&e);
+}
+
+void rollback_quietly(std::optional<pg::transaction> &tx)
+{
+    if (!tx)
+        return;
+    try
+    {
+        tx->rollback();
+    }
+    catch (...)
+    {
+    }
+    tx.reset();
+}
+
+}  // namespace
 
 // After the handler threw or its result could not be stored: roll its
 // writes back to the savepoint and commit the claim failed, with a cooldown.
@@ -39,251 +67,281 @@ run_result engine::run_in_tx(const request_view &req, const transaction_handler 
     if (unguarded)
         return unguarded_tx(c, h, level);
 
-    connection_handle conn;
-    bool do_claim = true;
-    unsigned attempts = 0, broken = 0;
+    in_tx_run s;
     for (;;)
     {
         if (++c.iterations > cfg_.max_iterations())
             return timed_out(c);
-        claim_row row;
         std::optional<pg::transaction> tx;
-        try
-        {
-            if (!conn)
-                conn = provider_.acquire();
-            if (!do_claim)
-                row = lookup(c, *conn);
-            else
-            {
-                // The features are asked before BEGIN: a failed catalog
-                // read must not abort the transaction.
-                refuse_router(*conn, "in-transaction");
-                c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
-                             features(*conn).begin_wait;
-                c.server_wait = c.can_wait && c.seen_in_progress;
-                // BEGIN, the claim and the handler's savepoint go in one
-                // flight (libpq's pipeline mode).
-                tx.emplace(*conn, level, pg::defer_begin);
-                // Duplicates wait inside idem_begin for the first transaction
-                // (bounded by our budget as lock_timeout, the caller's setting
-                // restored by the same statement), and with max_wait for a
-                // lease-mode winner too.
-                c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *conn) : milliseconds(0);
-                std::vector<pg::param> params{
-                    pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(pg::as_bytea(c.rh_bytes)),
-                    pg::to_param(lock_timeout_text(remaining(c.deadline)))};
-                if (c.server_wait)
-                {
-                    params.push_back(pg::to_param(c.asked));
-                    params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
-                }
-                c.sent = clock::now();
-                std::vector<pg::result> rs = tx->exec_pipeline(
-                    {pg::statement{c.server_wait ? sql_.begin_wait : sql_.begin, std::move(params),
-                                   pg::format::binary},
-                     pg::statement{"SAVEPOINT idem_handler", {}, pg::format::text}},
-                    cfg_.prepared_statements());
-                row = parse_row(rs.front());
-            }
-        }
-        catch (const pg::lock_not_available &)
-        {
-            tx.reset();
-            if (clock::now() >= c.deadline)
-                return timed_out(c);
+        claim_row row;
+        step st = begin_in_tx(c, s, level, tx, row);
+        if (st == step::again)
             continue;
-        }
-        catch (const pg::query_canceled &)
-        {
-            // A statement_timeout shorter than our wait in the server: poll.
-            tx.reset();
-            if (!c.server_wait || clock::now() >= c.deadline)
-                return c.server_wait ? timed_out(c) : unavailable(c);
-            c.wait_refused = true;
-            do_claim = false;
-            continue;
-        }
-        catch (const pg::transaction_rollback &)
-        {
-            tx.reset();  // e.g. 40001 from idem_begin under REPEATABLE READ
-            if (++attempts >= cfg_.transaction_attempts())
-                return unavailable(c);
-            continue;
-        }
-        catch (const pg::broken_connection &)
-        {
-            tx.reset();
-            conn.reset();
-            if (++broken > 1)
-                return unavailable(c);
-            continue;
-        }
-        catch (const std::exception &)
-        {
-            return unavailable(c);
-        }
-        broken = 0;
-        note_server_wait(c, row);
-
-        if (do_claim && row.won())
+        if (st == step::answered)
+            return std::move(s.result);
+        if (s.do_claim && row.won())
         {
             report_win(*this, row);
             c.res.generation = row.generation;
-            claim_context ctx(row.generation, row.claim_id, c.ck);
             response resp;
-            try
-            {
-                c.res.handler_ran = true;
-                resp = h(*tx, ctx);
-            }
-            catch (const pg::transaction_rollback &e)
-            {
-                const bool transient = dynamic_cast<const pg::serialization_failure *>(&e) ||
-                                       dynamic_cast<const pg::deadlock_detected *>(&e);
-                tx.reset();
-                if (transient && ++attempts < cfg_.transaction_attempts())
-                    continue;  // everything rolled back, the claim too
-                finish(c, outcome::failed);
-                throw;
-            }
-            catch (const pg::broken_connection &)
-            {
-                // Lost before COMMIT: the claim and the writes died with the session.
-                tx.reset();
-                conn.reset();
-                if (++attempts < cfg_.transaction_attempts())
-                    continue;
-                finish(c, outcome::failed);
-                throw;
-            }
-            catch (...)
-            {
-                // The handler threw: keep a cooldown, drop its writes.
-                std::exception_ptr err = std::current_exception();
-                keep_cooldown(c, tx, row.claim_id);
-                finish(c, outcome::failed);
-                std::rethrow_exception(err);
-            }
-
-            // The handler has returned: an error from here on is the
-            // store's. It is answered, not thrown, and never runs the
-            // handler again in this call (but for the server's own "retry
-            // the transaction", 40001 / 40P01, which rolled everything back).
-            const storage_action action = classify(resp.status, cfg_.client_errors());
-            try
-            {
-                const bool over_client_cap = resp.body.size() > cfg_.max_cacheable_response_bytes();
-                std::optional<std::size_t> server_cap;
-                // Unnamed: no statement cache may abort the handler's
-                // transaction. A finalize goes with COMMIT, in one flight.
-                const bool finalize = action == storage_action::finalize;
-                if (action == storage_action::release)
-                    qu(*tx, sql_.release,
-                       {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id)});
-                else if (action == storage_action::fail)
-                {
-                    // A failure keeps none of the handler's writes but does
-                    // keep the cooldown.
-                    tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
-                    qu(*tx, sql_.fail,
-                       {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id),
-                        pg::to_param(cfg_.failure_cooldown())});
-                }
-                try
-                {
-                    if (finalize)
-                    {
-                        std::vector<pg::result> rs = tx->commit_with(
-                            {pg::statement{sql_.finalize, finalize_params(c, row.claim_id, resp, true),
-                                           pg::format::text}},
-                            pg::preparation::unnamed);
-                        server_cap = parse_size_setting(rs.front().get_optional_text(0, 1));
-                    }
-                    else
-                        tx->commit();
-                }
-                catch (const pg::unknown_outcome &)
-                {
-                    emit(event::unknown_outcome);
-                    // Run idem_begin again and roll it back: it waits for a
-                    // commit still in flight, then says what is stored.
-                    try
-                    {
-                        connection_handle probe = provider_.acquire();
-                        pg::transaction ptx(*probe);
-                        std::vector<pg::param> params{
-                            pg::to_param(pg::as_bytea(c.ck_bytes)),
-                            pg::to_param(pg::as_bytea(c.rh_bytes)),
-                            pg::to_param(lock_timeout_text(cfg_.follower_wait_budget()))};
-                        claim_row seen = parse_row(qu(ptx, sql_.begin, params, pg::format::binary));
-                        ptx.rollback();
-                        const bool stored = seen.stored();
-                        if (!stored && action == storage_action::finalize)
-                        {
-                            // Not committed: nothing happened. Ask for a retry.
-                            c.res.response = problems::outcome_unknown(cfg_.profile(), cfg_.retry_after());
-                            return finish(c, outcome::failed);
-                        }
-                    }
-                    catch (const std::exception &)
-                    {
-                        c.res.outcome_unknown = true;
-                        c.res.error = std::current_exception();
-                        c.res.response = problems::outcome_unknown(cfg_.profile(), cfg_.retry_after());
-                        return finish(c, outcome::failed);
-                    }
-                }
-                c.res.response = std::move(resp);
-                if (action == storage_action::finalize)
-                {
-                    emit(event::finalized);
-                    const bool uncached = over_client_cap ||
-                                          (server_cap && c.res.response.body.size() > *server_cap);
-                    return finish(c, uncached ? outcome::completed_uncacheable
-                                              : outcome::won_completed);
-                }
-                return finish(c, action == storage_action::fail ? outcome::failed
-                                                                : outcome::won_completed);
-            }
-            catch (const std::exception &e)
-            {
-                const auto *rb = dynamic_cast<const pg::transaction_rollback *>(&e);
-                const bool transient = rb && (dynamic_cast<const pg::serialization_failure *>(rb) ||
-                                              dynamic_cast<const pg::deadlock_detected *>(rb));
-                if (transient && ++attempts < cfg_.transaction_attempts())
-                {
-                    tx.reset();
-                    continue;  // everything rolled back, the claim too
-                }
-                // Nothing of this request is committed. Keep a cooldown
-                // (duplicates waiting in idem_begin are not run at once)
-                // and tell the caller that its result was not stored.
-                emit(event::finalize_error);
-                c.res.error = std::current_exception();
-                report(c.res.error, "finalize");
-                keep_cooldown(c, tx, row.claim_id);
-                if (conn && !conn->is_open())
-                    conn.reset();
-                c.res.response = problems::outcome_unknown(cfg_.profile(), cfg_.retry_after());
-                return finish(c, outcome::failed);
-            }
+            st = run_handler_in_tx(c, s, tx, row, h, resp);
+            if (st == step::next)
+                st = store_in_tx(c, s, tx, row, std::move(resp));
+            if (st == step::again)
+                continue;
+            return std::move(s.result);
         }
-
-        if (tx)
-        {
-            try
-            {
-                tx->rollback();
-            }
-            catch (...)
-            {
-            }
-            tx.reset();
-        }
-        if (std::optional<run_result> r = follow(c, conn, row, do_claim))
+        rollback_quietly(tx);
+        if (std::optional<run_result> r = follow(c, s.conn, row, s.do_claim))
             return std::move(*r);
     }
+}
+
+// BEGIN, the claim and the handler's savepoint in one flight (libpq's
+// pipeline mode); a follower's read of the key instead when it polls.
+claim_row engine::begin_flight(call &c, in_tx_run &s, pg::isolation level,
+                               std::optional<pg::transaction> &tx) const
+{
+    if (!s.conn)
+        s.conn = provider_.acquire();
+    if (!s.do_claim)
+        return lookup(c, *s.conn);
+    // The features are asked before BEGIN: a failed catalog read must not
+    // abort the transaction.
+    refuse_router(*s.conn, "in-transaction");
+    c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
+                 features(*s.conn).begin_wait;
+    c.server_wait = c.can_wait && c.seen_in_progress;
+    tx.emplace(*s.conn, level, pg::defer_begin);
+    // Duplicates wait inside idem_begin for the first transaction (bounded
+    // by our budget as lock_wait, for idem_begin only), and with max_wait
+    // for a lease-mode winner too.
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *s.conn) : milliseconds(0);
+    std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
+                                  pg::to_param(pg::as_bytea(c.rh_bytes)),
+                                  pg::to_param(lock_wait_text(remaining(c.deadline)))};
+    if (c.server_wait)
+    {
+        params.push_back(pg::to_param(c.asked));
+        params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
+    }
+    c.sent = clock::now();
+    const claim_statements &calls_ = calls(*s.conn);
+    std::vector<pg::result> rs = tx->exec_pipeline(
+        {pg::statement{c.server_wait ? calls_.begin_wait : calls_.begin, std::move(params),
+                       pg::format::binary},
+         pg::statement{"SAVEPOINT idem_handler", {}, pg::format::text}},
+        cfg_.prepared_statements());
+    return parse_row(rs.front());
+}
+
+// The claim's turn: next with the key's row, again after an error the loop
+// outlives (a lock the budget did not cover, a retry the server asked for,
+// one lost connection), answered otherwise.
+engine::step engine::begin_in_tx(call &c, in_tx_run &s, pg::isolation level,
+                                 std::optional<pg::transaction> &tx, claim_row &row) const
+{
+    try
+    {
+        row = begin_flight(c, s, level, tx);
+    }
+    catch (const pg::lock_not_available &)
+    {
+        tx.reset();
+        if (clock::now() < c.deadline)
+            return step::again;
+        s.result = timed_out(c);
+        return step::answered;
+    }
+    catch (const pg::query_canceled &)
+    {
+        // A statement_timeout shorter than our wait in the server: poll.
+        tx.reset();
+        if (c.server_wait && clock::now() < c.deadline)
+        {
+            c.wait_refused = true;
+            s.do_claim = false;
+            return step::again;
+        }
+        s.result = c.server_wait ? timed_out(c) : unavailable(c);
+        return step::answered;
+    }
+    catch (const pg::transaction_rollback &)
+    {
+        tx.reset();  // e.g. 40001 from idem_begin under REPEATABLE READ
+        if (++s.attempts < cfg_.transaction_attempts())
+            return step::again;
+        s.result = unavailable(c);
+        return step::answered;
+    }
+    catch (const pg::broken_connection &)
+    {
+        tx.reset();
+        s.conn.reset();
+        if (++s.broken <= 1)
+            return step::again;
+        s.result = unavailable(c);
+        return step::answered;
+    }
+    catch (const std::exception &)
+    {
+        s.result = unavailable(c);
+        return step::answered;
+    }
+    s.broken = 0;
+    note_server_wait(c, row);
+    return step::next;
+}
+
+// The winner's handler in the claim's transaction: next when it returned;
+// again when the server rolled everything back (the claim too) and asks for
+// a retry, or the session died before COMMIT; its error rethrown otherwise,
+// the claim failed with a cooldown when the transaction is still there.
+engine::step engine::run_handler_in_tx(call &c, in_tx_run &s, std::optional<pg::transaction> &tx,
+                                       const claim_row &row, const transaction_handler &h,
+                                       response &resp) const
+{
+    claim_context ctx(row.generation, row.claim_id, c.ck);
+    try
+    {
+        c.res.handler_ran = true;
+        resp = h(*tx, ctx);
+        return step::next;
+    }
+    catch (const pg::transaction_rollback &e)
+    {
+        tx.reset();
+        if (transient(e) && ++s.attempts < cfg_.transaction_attempts())
+            return step::again;  // everything rolled back, the claim too
+        finish(c, outcome::failed);
+        throw;
+    }
+    catch (const pg::broken_connection &)
+    {
+        // Lost before COMMIT: the claim and the writes died with the session.
+        tx.reset();
+        s.conn.reset();
+        if (++s.attempts < cfg_.transaction_attempts())
+            return step::again;
+        finish(c, outcome::failed);
+        throw;
+    }
+    catch (...)
+    {
+        // The handler threw: keep a cooldown, drop its writes.
+        std::exception_ptr err = std::current_exception();
+        keep_cooldown(c, tx, row.claim_id);
+        finish(c, outcome::failed);
+        std::rethrow_exception(err);
+    }
+}
+
+// The handler's result stored with its transaction, as its status says:
+// released, failed (its writes rolled back to the savepoint, the cooldown
+// kept) or finalized with COMMIT in one flight. An error from here on is
+// the store's: answered, never a reason to run the handler again in this
+// call (but for the server's own "retry the transaction", which rolled
+// everything back).
+engine::step engine::store_in_tx(call &c, in_tx_run &s, std::optional<pg::transaction> &tx,
+                                 const claim_row &row, response resp) const
+{
+    const storage_action action = classify(resp.status, cfg_.client_errors());
+    try
+    {
+        // Unnamed: no statement cache may abort the handler's transaction.
+        if (action == storage_action::release)
+            qu(*tx, sql_.release, {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id)});
+        else if (action == storage_action::fail)
+        {
+            tx->exec("ROLLBACK TO SAVEPOINT idem_handler");
+            qu(*tx, sql_.fail,
+               {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(row.claim_id),
+                pg::to_param(cfg_.failure_cooldown())});
+        }
+        std::optional<std::size_t> server_cap;
+        if (!commit_in_tx(c, s, tx, row, resp, action, server_cap))
+            return step::answered;
+        c.res.response = std::move(resp);
+        if (action != storage_action::finalize)
+        {
+            s.result = finish(c, action == storage_action::fail ? outcome::failed : outcome::won_completed);
+            return step::answered;
+        }
+        emit(event::finalized);
+        const std::size_t size = c.res.response.body.size();
+        const bool uncached =
+            size > cfg_.max_cacheable_response_bytes() || (server_cap && size > *server_cap);
+        s.result = finish(c, uncached ? outcome::completed_uncacheable : outcome::won_completed);
+        return step::answered;
+    }
+    catch (const std::exception &e)
+    {
+        if (transient(e) && ++s.attempts < cfg_.transaction_attempts())
+        {
+            tx.reset();
+            return step::again;  // everything rolled back, the claim too
+        }
+        // Nothing of this request is committed. Keep a cooldown (duplicates
+        // waiting in idem_begin are not run at once) and tell the caller
+        // that its result was not stored.
+        emit(event::finalize_error);
+        c.res.error = std::current_exception();
+        report(c.res.error, "finalize");
+        keep_cooldown(c, tx, row.claim_id);
+        if (s.conn && !s.conn->is_open())
+            s.conn.reset();
+        s.result = answer(c, problems::outcome_unknown(cfg_.profile(), cfg_.retry_after()), outcome::failed);
+        return step::answered;
+    }
+}
+
+// COMMIT (with the finalize in its flight): true when the result may be
+// answered; false when the caller was answered instead, because the
+// commit's outcome was lost with the connection and reading the key showed
+// the result not stored, or could not be read.
+bool engine::commit_in_tx(call &c, in_tx_run &s, std::optional<pg::transaction> &tx,
+                          const claim_row &row, const response &resp, storage_action action,
+                          std::optional<std::size_t> &server_cap) const
+{
+    try
+    {
+        if (action != storage_action::finalize)
+        {
+            tx->commit();
+            return true;
+        }
+        std::vector<pg::result> rs = tx->commit_with(
+            {pg::statement{sql_.finalize, finalize_params(c, row.claim_id, resp, true), pg::format::text}},
+            pg::preparation::unnamed);
+        server_cap = parse_size_setting(rs.front().get_optional_text(0, 1));
+        return true;
+    }
+    catch (const pg::unknown_outcome &)
+    {
+        emit(event::unknown_outcome);
+    }
+    // Run idem_begin again and roll it back: it waits for a commit still in
+    // flight, then says what is stored.
+    try
+    {
+        connection_handle probe = provider_.acquire();
+        pg::transaction ptx(*probe);
+        std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
+                                      pg::to_param(pg::as_bytea(c.rh_bytes)),
+                                      pg::to_param(lock_wait_text(cfg_.follower_wait_budget()))};
+        claim_row seen = parse_row(qu(ptx, calls(*probe).begin, params, pg::format::binary));
+        ptx.rollback();
+        if (seen.stored() || action != storage_action::finalize)
+            return true;
+        // Not committed: nothing happened. Ask for a retry.
+    }
+    catch (const std::exception &)
+    {
+        c.res.outcome_unknown = true;
+        c.res.error = std::current_exception();
+    }
+    s.result = answer(c, problems::outcome_unknown(cfg_.profile(), cfg_.retry_after()), outcome::failed);
+    return false;
 }
 
 }  // namespace idem::detail
