@@ -1,7 +1,9 @@
-# cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... [-DCXX=...] -P check.cmake
+# cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DVERSION=major.minor [-DCXX=...] -P check.cmake
 #
 # Installs the client from BUILD_DIR into WORK_DIR/prefix, then builds and
-# runs the consumer with find_package(pg_idem) and with pkg-config.
+# runs the consumer with find_package(pg_idem VERSION) (the version built:
+# the package config accepts the same minor version only) and with
+# pkg-config.
 function(run)
     execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
     if(NOT rc EQUAL 0)
@@ -19,7 +21,7 @@ if(CXX)
     set(cxx_arg -DCMAKE_CXX_COMPILER=${CXX})
 endif()
 run(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/cmake-build
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release ${cxx_arg})
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DPG_IDEM_VERSION=${VERSION} ${cxx_arg})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/cmake-build -j2)
 foreach(exe consumer_shared consumer_static)
     run(${WORK_DIR}/cmake-build/${exe})
