@@ -125,11 +125,6 @@ typedef enum IdemOutboxState
 #define IDEM_OUTBOX_PUBLISHED_NAME "published"
 extern PGDLLIMPORT const char *const idem_outbox_state_names[IDEM_OUTBOX_NSTATES];
 
-/* idem_outbox_nack's outcomes. */
-#define IDEM_OUTBOX_NACK_RETRY "retry"
-#define IDEM_OUTBOX_NACK_DEAD "dead"
-#define IDEM_OUTBOX_NACK_STALE "stale"
-
 /* idem_outbox_backlog's states. */
 #define IDEM_OUTBOX_BACKLOG_READY "ready"
 #define IDEM_OUTBOX_BACKLOG_LEASED "leased"

@@ -257,7 +257,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, true, true};
-	const char *outcome = IDEM_OUTBOX_NACK_STALE;
+	const char *outcome = "stale";
 	Drain		drain;
 
 	idem_require_arg(fcinfo, 0, "token");
@@ -296,12 +296,12 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		resnull[1] = false;
 		if (is_dead)
 		{
-			outcome = IDEM_OUTBOX_NACK_DEAD;
+			outcome = "dead";
 			idem_count(IDEM_STAT_OUTBOX_DEAD, 1);
 		}
 		else
 		{
-			outcome = IDEM_OUTBOX_NACK_RETRY;
+			outcome = "retry";
 			result[2] = IntervalPGetDatum(backoff);
 			resnull[2] = false;
 			idem_count(IDEM_STAT_OUTBOX_NACKED, 1);
@@ -311,7 +311,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		break;
 	}
 	direct_close(drain.queue);
-	if (strcmp(outcome, IDEM_OUTBOX_NACK_STALE) == 0)
+	if (strcmp(outcome, "stale") == 0)
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);
 
 	result[0] = CStringGetTextDatum(outcome);

@@ -143,7 +143,7 @@ def gen_c_source(p):
 
 
 def c_state_names(p):
-    """The rows' states, the outbox's answers and the attempts' statuses:
+    """The rows' states, the backlog's states and the attempts' statuses:
     an enum per table, and every name as a string constant for C and for
     the SQL texts built from it ("... state = '" IDEM_OUTBOX_PENDING_NAME "'")."""
     L = ["/*",
@@ -164,9 +164,6 @@ def c_state_names(p):
         for x in r["state"]:
             L.append("#define IDEM_%s_%s_NAME %s" % (T, upper(x["name"]), c_string(x["name"])))
         L.append("extern PGDLLIMPORT const char *const idem_%s_state_names[IDEM_%s_NSTATES];" % (r["name"], T))
-    L += ["", "/* idem_outbox_nack's outcomes. */"]
-    for x in p["outbox_nack_outcome"]:
-        L.append("#define IDEM_OUTBOX_NACK_%s %s" % (upper(x["name"]), c_string(x["name"])))
     L += ["", "/* idem_outbox_backlog's states. */"]
     for x in p["outbox_backlog_state"]:
         L.append("#define IDEM_OUTBOX_BACKLOG_%s %s" % (upper(x["name"]), c_string(x["name"])))

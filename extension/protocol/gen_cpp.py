@@ -177,7 +177,7 @@ def cpp_strings(name, values, comment):
 def cpp_client_rules(p):
     """What the runner decides as the other clients do: the events' names,
     the namespace, its defaults, the replay headers, the metrics, and the
-    names the messaging classes read back from the server."""
+    attempts' statuses the reconciler reads back from the server."""
     c, d, lim = p["client"], p["client"]["defaults"], p["client"]["limits"]
     rh, m = p["replay_headers"], p["metrics"]
     ms = lambda v: "std::chrono::milliseconds{%d}" % v
@@ -224,11 +224,8 @@ def cpp_client_rules(p):
         L += ["inline constexpr std::string_view %s_name = %s;" % (k, c_string(m[k]["name"])),
               "inline constexpr std::string_view %s_help = %s;" % (k, c_string(m[k]["help"])),
               "inline constexpr std::string_view %s_label = %s;" % (k, c_string(m[k]["label"]))]
-    L += ["}  // namespace series", "", "// What idem_outbox_nack answers.", "namespace outbox_nack {"]
-    for x in p["outbox_nack_outcome"]:
-        L.append("inline constexpr std::string_view %s = %s;" % (x["name"], c_string(x["name"])))
     statuses, reasons = attempt_states(p)
-    L += ["}  // namespace outbox_nack", "", "// idem_attempts' statuses and failure reasons.", "namespace attempt {"]
+    L += ["}  // namespace series", "", "// idem_attempts' statuses and failure reasons.", "namespace attempt {"]
     for x in statuses:
         L.append("inline constexpr std::string_view %s = %s;" % (x, c_string(x)))
     for x in reasons:

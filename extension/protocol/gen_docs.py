@@ -141,7 +141,7 @@ def docs_client_rules(p):
 
 
 def docs_row_states(p):
-    """The states of the tables' rows and the outbox's answers."""
+    """The states of the tables' rows and of the outbox's backlog."""
     L = ["", "## Row states", "",
          "The `state` column of pg_idem's tables (the install script's CHECK constraints and partial",
          "indexes name the same; `sql/protocol_states.sql` checks a fresh catalog against this list)."]
@@ -149,9 +149,6 @@ def docs_row_states(p):
         L += ["", "`%s`:" % r["table"], "", "| state | when |", "|---|---|"]
         for x in r["state"]:
             L.append("| `%s` | %s |" % (x["name"], x["when"]))
-    L += ["", "## Outbox answers", "", "`idem_outbox_nack`'s outcome:", "", "| outcome | when |", "|---|---|"]
-    for x in p["outbox_nack_outcome"]:
-        L.append("| `%s` | %s |" % (x["name"], x["when"]))
     L += ["", "`idem_outbox_backlog`'s state:", "", "| state | when |", "|---|---|"]
     for x in p["outbox_backlog_state"]:
         L.append("| `%s` | %s |" % (x["name"], x["when"]))

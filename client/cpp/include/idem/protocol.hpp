@@ -357,13 +357,6 @@ inline constexpr std::string_view events_help = "Claim lifecycle events seen by 
 inline constexpr std::string_view events_label = "event";
 }  // namespace series
 
-// What idem_outbox_nack answers.
-namespace outbox_nack {
-inline constexpr std::string_view retry = "retry";
-inline constexpr std::string_view dead = "dead";
-inline constexpr std::string_view stale = "stale";
-}  // namespace outbox_nack
-
 // idem_attempts' statuses and failure reasons.
 namespace attempt {
 inline constexpr std::string_view pending = "pending";

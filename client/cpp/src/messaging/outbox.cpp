@@ -1,6 +1,5 @@
 // The outbox drainer: claim, publish, ack and nack, wait, stop.
 #include <idem/outbox.hpp>
-#include <idem/protocol.hpp>
 
 #include "messaging/detail.hpp"
 
@@ -212,9 +211,9 @@ struct drainer::state
         for (const auto &[id, error] : failed)
         {
             const std::string outcome = exec_uncanceled(c, sql.nack, token, id, error).get_text(0, 0);
-            if (outcome == protocol::outbox_nack::retry)
+            if (outcome == "retry")
                 ++rep.retried;
-            else if (outcome == protocol::outbox_nack::dead)
+            else if (outcome == "dead")
                 ++rep.dead;
             else
                 ++rep.stale;
