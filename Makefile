@@ -13,21 +13,22 @@ EXT         = pg_idem
 EXTVERSION  = $(shell sed -n "s/^default_version *= *'\(.*\)'.*/\1/p" extension/$(EXT).control)
 
 MODULE_big  = $(EXT)
-# One folder per concern (docs/design.md has the file map); every .c in them is built.
-OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*/*.c)))
-PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\"
+# One folder per concern (docs/design.md has the file map) and module.c above
+# them (_PG_init); every .c is built.
+OBJS        = $(patsubst %.c,%.o,$(sort $(wildcard extension/*.c extension/*/*.c)))
+PG_CPPFLAGS = -I$(srcdir)/extension -DIDEM_VERSION=\"$(EXTVERSION)\" -DIDEM_PREVIOUS_VERSION=\"$(PREVIOUS)\"
 PG_CFLAGS   = -Werror=implicit-function-declaration
 # Only idem_* and what PostgreSQL looks up are exported (exports.map).
 SHLIB_LINK  = -Wl,--version-script=$(srcdir)/extension/exports.map
 
 # The install script of the current version is assembled from one file per
-# concern (extension/install/NN_*.sql, in name order).  Install and upgrade
-# scripts of released versions are frozen in extension/releases/ (never
-# edited).
-# The upgrade script to the current version is assembled from
-# extension/upgrades/<previous>--<current>/NN_*.sql, one file per concern;
-# tests/t/050_upgrade.pl checks that every path ends where a fresh install
-# does.
+# concern (extension/install/NN_*.sql, in name order), and the upgrade
+# script to it from extension/upgrades/<previous>--<current>/NN_*.sql.
+# extension/releases/ keeps, frozen, the install script of the oldest
+# version an upgrade starts from and every release step's upgrade script
+# since (docs/design.md, Versions and upgrades); tests/t/050_upgrade.pl
+# checks that every path ends where a fresh install does.  The library
+# serves the previous release's tables until the update (core/schema.c).
 MODULEDIR   = extension
 PREVIOUS    = 0.5.0
 UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql

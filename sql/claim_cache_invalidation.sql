@@ -370,22 +370,43 @@ SELECT * FROM pg_temp.replays('recreated_rolled_back');
 SELECT * FROM pg_temp.cycle('after_extension_rollback');
 
 --
--- 10. Version 0.2.0 (no scope column, the primary key on cache_key alone),
--- then ALTER EXTENSION UPDATE to the default version in the same session:
--- 0.2.0's keys are shared by every role and still replay.
+-- 10. Tables older than the library serves (0.4.0's: scopes by role name)
+-- are refused, with the hint to update, until ALTER EXTENSION UPDATE in
+-- the same session, after which every call works at once (the probe of
+-- core/schema.c is kept until a relcache invalidation of idem_keys).  The
+-- previous release's (0.5.0) are served before the update, and their keys
+-- replay after it (docs/guides/upgrading.md, rolling upgrades).
 --
+CREATE FUNCTION pg_temp.refusal(sql text) RETURNS TABLE (code text, message text, detail text, hint text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE sql;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
+                            detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
+    RETURN NEXT;
+END
+$$;
 DROP EXTENSION pg_idem;
-CREATE EXTENSION pg_idem VERSION '0.2.0';
+CREATE EXTENSION pg_idem VERSION '0.4.0';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_idem';
-SELECT * FROM pg_temp.files_changed();
-SELECT * FROM pg_temp.cycle('v020');
+SELECT code, message, detail LIKE '%; this database has pg_idem 0.4.0.' AS detail_names_version, hint
+  FROM pg_temp.refusal($$SELECT * FROM idem_claim(pg_temp.k('v040'), sha256('one'))$$);
+SELECT pg_temp.try($$SELECT idem_cleanup(10)$$) AS cleanup,
+       pg_temp.try($$SELECT idem_outbox_stage('t', '{}'::jsonb)$$) AS stage,
+       pg_temp.try($$SELECT * FROM idem_outbox_claim(10, '1 minute')$$) AS outbox_claim;
+ALTER EXTENSION pg_idem UPDATE;
+SELECT * FROM pg_temp.cycle('v040_updated');
+
+DROP EXTENSION pg_idem;
+CREATE EXTENSION pg_idem VERSION '0.5.0';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_idem';
+SELECT * FROM pg_temp.cycle('v050');
 ALTER EXTENSION pg_idem UPDATE;
 SELECT extversion = (SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem') AS updated
   FROM pg_extension WHERE extname = 'pg_idem';
-SELECT * FROM pg_temp.files_changed();
-SELECT * FROM pg_temp.replays('v020');
+SELECT * FROM pg_temp.replays('v050');
 SELECT * FROM pg_temp.cycle('updated');
-SELECT scope = 0 AS shared, count(*) AS keys FROM idem_keys GROUP BY scope = 0 ORDER BY 1;
 
 \c :regress_db
 DROP DATABASE idem_regress_cache WITH (FORCE);

@@ -8,30 +8,30 @@
 -- SECURITY DEFINER ... SET search_path planned the INSERT under the pin.
 -- Expected: no NOTICE from the role's function, note = 'dba'.
 
-CREATE ROLE regress_review13b_hostile LOGIN;
-GRANT idem_client TO regress_review13b_hostile;
-CREATE SCHEMA regress_review13b_hs AUTHORIZATION regress_review13b_hostile;
-CREATE FUNCTION public.regress_review13b_note() RETURNS text
+CREATE ROLE regress_path_stager LOGIN;
+GRANT idem_client TO regress_path_stager;
+CREATE SCHEMA regress_path_stager_schema AUTHORIZATION regress_path_stager;
+CREATE FUNCTION public.regress_default_note() RETURNS text
     LANGUAGE sql VOLATILE AS $$ SELECT lower('DBA') $$;
-ALTER TABLE idem_outbox_queue ADD COLUMN regress_review13b_note text
-    DEFAULT public.regress_review13b_note();
+ALTER TABLE idem_outbox_queue ADD COLUMN regress_default_note text
+    DEFAULT public.regress_default_note();
 
-SET ROLE regress_review13b_hostile;
-CREATE FUNCTION regress_review13b_hs.lower(text) RETURNS text LANGUAGE plpgsql AS $$
+SET ROLE regress_path_stager;
+CREATE FUNCTION regress_path_stager_schema.lower(text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     RAISE NOTICE 'role''s function runs as superuser: %', (SELECT rolsuper FROM pg_roles WHERE rolname = current_user);
     RETURN 'hijacked';
 END $$;
-SET search_path = regress_review13b_hs, pg_catalog, public;
-SELECT idem_outbox_stage('review13b', '{}'::jsonb) > 0 AS staged;
+SET search_path = regress_path_stager_schema, pg_catalog, public;
+SELECT idem_outbox_stage('default_under_pin', '{}'::jsonb) > 0 AS staged;
 RESET search_path;
 RESET ROLE;
 
-SELECT regress_review13b_note AS note FROM idem_outbox_queue WHERE topic = 'review13b';
+SELECT regress_default_note AS note FROM idem_outbox_queue WHERE topic = 'default_under_pin';
 
-DELETE FROM idem_outbox_queue WHERE topic = 'review13b';
-ALTER TABLE idem_outbox_queue DROP COLUMN regress_review13b_note;
-DROP FUNCTION public.regress_review13b_note();
-DROP FUNCTION regress_review13b_hs.lower(text);
-DROP SCHEMA regress_review13b_hs;
-DROP ROLE regress_review13b_hostile;
+DELETE FROM idem_outbox_queue WHERE topic = 'default_under_pin';
+ALTER TABLE idem_outbox_queue DROP COLUMN regress_default_note;
+DROP FUNCTION public.regress_default_note();
+DROP FUNCTION regress_path_stager_schema.lower(text);
+DROP SCHEMA regress_path_stager_schema;
+DROP ROLE regress_path_stager;

@@ -9,8 +9,8 @@
 -- good, in_transaction), and an ordinary AFTER INSERT trigger never fires.
 -- 0.3.0 refused the commit (IL002) and fired the trigger.
 
-CREATE TABLE public.review13_fired (what text);
-CREATE FUNCTION public.review13_before() RETURNS trigger LANGUAGE plpgsql
+CREATE TABLE public.inner_subxact_fired (what text);
+CREATE FUNCTION public.before_insert_swallows_error() RETURNS trigger LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$
 BEGIN
     BEGIN
@@ -20,28 +20,28 @@ BEGIN
     END;
     RETURN NEW;
 END $$;
-CREATE TRIGGER review13_before BEFORE INSERT ON idem_keys
-    FOR EACH ROW EXECUTE FUNCTION public.review13_before();
-CREATE FUNCTION public.review13_after() RETURNS trigger LANGUAGE plpgsql
+CREATE TRIGGER before_insert_swallows_error BEFORE INSERT ON idem_keys
+    FOR EACH ROW EXECUTE FUNCTION public.before_insert_swallows_error();
+CREATE FUNCTION public.after_insert_records() RETURNS trigger LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$
 BEGIN
-    INSERT INTO public.review13_fired VALUES (TG_NAME || ' ' || TG_OP);
+    INSERT INTO public.inner_subxact_fired VALUES (TG_NAME || ' ' || TG_OP);
     RETURN NULL;
 END $$;
-CREATE TRIGGER review13_after AFTER INSERT ON idem_keys
-    FOR EACH ROW EXECUTE FUNCTION public.review13_after();
+CREATE TRIGGER after_insert_records AFTER INSERT ON idem_keys
+    FOR EACH ROW EXECUTE FUNCTION public.after_insert_records();
 
 -- An in-transaction claim that is never finished must not commit.
 BEGIN;
-SELECT outcome FROM idem_begin(idem_key('review13', 'POST', '/subxact', 'k1'), idem_request_hash('x'));
-SELECT what FROM public.review13_fired;
+SELECT outcome FROM idem_begin(idem_key('inner_subxact', 'POST', '/subxact', 'k1'), idem_request_hash('x'));
+SELECT what FROM public.inner_subxact_fired;
 COMMIT;
 SELECT count(*) AS committed_unfinished_claims
-  FROM idem_keys WHERE cache_key = idem_key('review13', 'POST', '/subxact', 'k1');
+  FROM idem_keys WHERE cache_key = idem_key('inner_subxact', 'POST', '/subxact', 'k1');
 
-DROP TRIGGER review13_before ON idem_keys;
-DROP TRIGGER review13_after ON idem_keys;
-DROP FUNCTION public.review13_before();
-DROP FUNCTION public.review13_after();
-DROP TABLE public.review13_fired;
-DELETE FROM idem_keys WHERE cache_key = idem_key('review13', 'POST', '/subxact', 'k1');
+DROP TRIGGER before_insert_swallows_error ON idem_keys;
+DROP TRIGGER after_insert_records ON idem_keys;
+DROP FUNCTION public.before_insert_swallows_error();
+DROP FUNCTION public.after_insert_records();
+DROP TABLE public.inner_subxact_fired;
+DELETE FROM idem_keys WHERE cache_key = idem_key('inner_subxact', 'POST', '/subxact', 'k1');

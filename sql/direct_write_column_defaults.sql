@@ -7,17 +7,17 @@
 -- the others take their defaults.
 
 BEGIN;
-ALTER TABLE idem_keys ADD COLUMN review13_note text NOT NULL DEFAULT 'n/a';
-SELECT outcome FROM idem_claim(idem_key('review13', 'POST', '/default', 'k1'), idem_request_hash('x'));
-SELECT review13_note FROM idem_keys WHERE cache_key = idem_key('review13', 'POST', '/default', 'k1');
+ALTER TABLE idem_keys ADD COLUMN operator_note text NOT NULL DEFAULT 'n/a';
+SELECT outcome FROM idem_claim(idem_key('column_defaults', 'POST', '/default', 'k1'), idem_request_hash('x'));
+SELECT operator_note FROM idem_keys WHERE cache_key = idem_key('column_defaults', 'POST', '/default', 'k1');
 ROLLBACK;
 
 BEGIN;
-ALTER TABLE idem_keys ADD COLUMN review13_note text DEFAULT 'n/a';
-SELECT outcome FROM idem_claim(idem_key('review13', 'POST', '/default', 'k2'), idem_request_hash('x'));
-SELECT review13_note FROM idem_keys WHERE cache_key = idem_key('review13', 'POST', '/default', 'k2');
+ALTER TABLE idem_keys ADD COLUMN operator_note text DEFAULT 'n/a';
+SELECT outcome FROM idem_claim(idem_key('column_defaults', 'POST', '/default', 'k2'), idem_request_hash('x'));
+SELECT operator_note FROM idem_keys WHERE cache_key = idem_key('column_defaults', 'POST', '/default', 'k2');
 ROLLBACK;
 
 -- the kept state follows the rollback
-SELECT outcome FROM idem_claim(idem_key('review13', 'POST', '/default', 'k3'), idem_request_hash('x'));
-DELETE FROM idem_keys WHERE cache_key = idem_key('review13', 'POST', '/default', 'k3');
+SELECT outcome FROM idem_claim(idem_key('column_defaults', 'POST', '/default', 'k3'), idem_request_hash('x'));
+DELETE FROM idem_keys WHERE cache_key = idem_key('column_defaults', 'POST', '/default', 'k3');

@@ -8,31 +8,31 @@
 -- DEFINER ... SET search_path ran it pinned.
 -- Expected: no NOTICE from the role's function.
 
-CREATE ROLE regress_review13b_hostile2 LOGIN;
-GRANT idem_client TO regress_review13b_hostile2;
-CREATE SCHEMA regress_review13b_hs2 AUTHORIZATION regress_review13b_hostile2;
-CREATE FUNCTION public.regress_review13b_ok(v text) RETURNS boolean
+CREATE ROLE regress_domain_claimer LOGIN;
+GRANT idem_client TO regress_domain_claimer;
+CREATE SCHEMA regress_domain_claimer_schema AUTHORIZATION regress_domain_claimer;
+CREATE FUNCTION public.regress_tag_is_lower(v text) RETURNS boolean
     LANGUAGE plpgsql AS $$ BEGIN RETURN lower(v) = v; END $$;
-CREATE DOMAIN public.regress_review13b_tag AS text CHECK (public.regress_review13b_ok(VALUE));
-ALTER TABLE idem_keys ADD COLUMN regress_review13b_tag public.regress_review13b_tag DEFAULT 'web';
+CREATE DOMAIN public.regress_tag AS text CHECK (public.regress_tag_is_lower(VALUE));
+ALTER TABLE idem_keys ADD COLUMN regress_tag public.regress_tag DEFAULT 'web';
 
-SET ROLE regress_review13b_hostile2;
-CREATE FUNCTION regress_review13b_hs2.lower(text) RETURNS text LANGUAGE plpgsql AS $$
+SET ROLE regress_domain_claimer;
+CREATE FUNCTION regress_domain_claimer_schema.lower(text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     RAISE NOTICE 'role''s function runs as superuser: %', (SELECT rolsuper FROM pg_roles WHERE rolname = current_user);
     RETURN $1;
 END $$;
-SET search_path = regress_review13b_hs2, pg_catalog, public;
-SELECT outcome FROM idem_claim(idem_key('review13b', 'POST', '/domain', 'k1'), idem_request_hash('x'));
+SET search_path = regress_domain_claimer_schema, pg_catalog, public;
+SELECT outcome FROM idem_claim(idem_key('domain_check', 'POST', '/domain', 'k1'), idem_request_hash('x'));
 RESET search_path;
 RESET ROLE;
 
-SELECT regress_review13b_tag AS tag FROM idem_keys WHERE cache_key = idem_key('review13b', 'POST', '/domain', 'k1');
+SELECT regress_tag AS tag FROM idem_keys WHERE cache_key = idem_key('domain_check', 'POST', '/domain', 'k1');
 
-DELETE FROM idem_keys WHERE cache_key = idem_key('review13b', 'POST', '/domain', 'k1');
-ALTER TABLE idem_keys DROP COLUMN regress_review13b_tag;
-DROP DOMAIN public.regress_review13b_tag;
-DROP FUNCTION public.regress_review13b_ok(text);
-DROP FUNCTION regress_review13b_hs2.lower(text);
-DROP SCHEMA regress_review13b_hs2;
-DROP ROLE regress_review13b_hostile2;
+DELETE FROM idem_keys WHERE cache_key = idem_key('domain_check', 'POST', '/domain', 'k1');
+ALTER TABLE idem_keys DROP COLUMN regress_tag;
+DROP DOMAIN public.regress_tag;
+DROP FUNCTION public.regress_tag_is_lower(text);
+DROP FUNCTION regress_domain_claimer_schema.lower(text);
+DROP SCHEMA regress_domain_claimer_schema;
+DROP ROLE regress_domain_claimer;

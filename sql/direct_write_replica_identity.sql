@@ -7,15 +7,15 @@
 -- Expected: idem_renew is refused as the UPDATE below is.
 
 SET client_min_messages = error;
-CREATE PUBLICATION regress_review13b_pub FOR TABLE idem_keys;
+CREATE PUBLICATION regress_keys_publication FOR TABLE idem_keys;
 RESET client_min_messages;
 ALTER TABLE idem_keys REPLICA IDENTITY NOTHING;
 
-SELECT claim_id AS c FROM idem_claim(idem_key('review13b', 'POST', '/ri', 'k1'), idem_request_hash('x')) \gset
-SELECT idem_renew(idem_key('review13b', 'POST', '/ri', 'k1'), :'c', '1 min') IS NOT NULL AS renewed;
+SELECT claim_id AS c FROM idem_claim(idem_key('replica_identity', 'POST', '/ri', 'k1'), idem_request_hash('x')) \gset
+SELECT idem_renew(idem_key('replica_identity', 'POST', '/ri', 'k1'), :'c', '1 min') IS NOT NULL AS renewed;
 UPDATE idem_keys SET lease_expires_at = lease_expires_at
- WHERE cache_key = idem_key('review13b', 'POST', '/ri', 'k1');
+ WHERE cache_key = idem_key('replica_identity', 'POST', '/ri', 'k1');
 
 ALTER TABLE idem_keys REPLICA IDENTITY DEFAULT;
-DROP PUBLICATION regress_review13b_pub;
-DELETE FROM idem_keys WHERE cache_key = idem_key('review13b', 'POST', '/ri', 'k1');
+DROP PUBLICATION regress_keys_publication;
+DELETE FROM idem_keys WHERE cache_key = idem_key('replica_identity', 'POST', '/ri', 'k1');

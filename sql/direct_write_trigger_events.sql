@@ -6,27 +6,27 @@
 -- statement-level triggers (ExecBS*/ExecAS*) are never called.  0.3.0's
 -- UPDATE fired both.
 
-CREATE TABLE public.review13_events (what text);
-CREATE FUNCTION public.review13_log() RETURNS trigger LANGUAGE plpgsql
+CREATE TABLE public.update_trigger_events (what text);
+CREATE FUNCTION public.log_trigger_name() RETURNS trigger LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$
 BEGIN
-    INSERT INTO public.review13_events VALUES (TG_NAME);
+    INSERT INTO public.update_trigger_events VALUES (TG_NAME);
     RETURN NULL;
 END $$;
-CREATE TRIGGER review13_state_changed AFTER UPDATE OF state ON idem_keys
-    FOR EACH ROW EXECUTE FUNCTION public.review13_log();
-CREATE TRIGGER review13_per_statement AFTER UPDATE ON idem_keys
-    FOR EACH STATEMENT EXECUTE FUNCTION public.review13_log();
+CREATE TRIGGER state_changed AFTER UPDATE OF state ON idem_keys
+    FOR EACH ROW EXECUTE FUNCTION public.log_trigger_name();
+CREATE TRIGGER per_statement_update AFTER UPDATE ON idem_keys
+    FOR EACH STATEMENT EXECUTE FUNCTION public.log_trigger_name();
 
-SELECT claim_id AS c FROM idem_claim(idem_key('review13', 'POST', '/ev', 'k1'),
+SELECT claim_id AS c FROM idem_claim(idem_key('trigger_events', 'POST', '/ev', 'k1'),
                                      idem_request_hash('x'), '1 hour') \gset
-SELECT idem_finalize(idem_key('review13', 'POST', '/ev', 'k1'), :'c', 200, NULL, 'ok'::bytea) AS finalized;
-SELECT bool_or(what = 'review13_state_changed') AS update_of_state_fired,
-       bool_or(what = 'review13_per_statement') AS statement_trigger_fired
-  FROM public.review13_events;
+SELECT idem_finalize(idem_key('trigger_events', 'POST', '/ev', 'k1'), :'c', 200, NULL, 'ok'::bytea) AS finalized;
+SELECT bool_or(what = 'state_changed') AS update_of_state_fired,
+       bool_or(what = 'per_statement_update') AS statement_trigger_fired
+  FROM public.update_trigger_events;
 
-DROP TRIGGER review13_state_changed ON idem_keys;
-DROP TRIGGER review13_per_statement ON idem_keys;
-DROP FUNCTION public.review13_log();
-DROP TABLE public.review13_events;
-DELETE FROM idem_keys WHERE cache_key = idem_key('review13', 'POST', '/ev', 'k1');
+DROP TRIGGER state_changed ON idem_keys;
+DROP TRIGGER per_statement_update ON idem_keys;
+DROP FUNCTION public.log_trigger_name();
+DROP TABLE public.update_trigger_events;
+DELETE FROM idem_keys WHERE cache_key = idem_key('trigger_events', 'POST', '/ev', 'k1');

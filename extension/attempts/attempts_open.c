@@ -218,6 +218,220 @@ current_attempt(Oid namespace, Datum kind, Datum target, Datum scope, Datum *cur
 	return !isnull;
 }
 
+/* What open was asked, checked, and the kind's registration. */
+typedef struct OpenRequest
+{
+	Oid			namespace;
+	char	   *target;
+	char	   *created_by;
+	char	   *name;			/* the object name, made safe */
+	Jsonb	   *intent;
+	bytea	   *hash;			/* the intent's */
+	bytea	   *declared;		/* the declared digest, NULL if none */
+	char	   *mode;			/* the kind's: append or replace */
+	char	   *prefix;			/* the kind's key prefix */
+	Datum		request[4];		/* select_request's arguments */
+} OpenRequest;
+
+/* The arguments, checked: everything open decides on but the stored rows. */
+static void
+open_arguments(FunctionCallInfo fcinfo, OpenRequest *req)
+{
+	char	   *kind = attempt_text_arg(fcinfo, 0, "kind");
+	char	   *request_id;
+	text	   *name;
+
+	req->namespace = idem_function_namespace(fcinfo);
+	req->target = attempt_text_arg(fcinfo, 1, "target");
+	request_id = attempt_text_arg(fcinfo, 2, "client_request_id");
+	req->created_by = attempt_text_arg(fcinfo, 3, "created_by");
+	req->intent = attempt_object_arg(fcinfo, 4, "intent", false);
+	req->hash = attempt_intent_hash(req->intent);
+	attempt_check_kind(kind);
+	attempt_check_path("target", req->target, TARGET_MAX_BYTES);
+	if (strlen(request_id) > IDEM_MAX_KEY_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("client_request_id must be at most %d bytes", IDEM_MAX_KEY_BYTES),
+				 errdetail("The client_request_id given is %d bytes long.",
+						   (int) strlen(request_id))));
+	idem_require_arg(fcinfo, 5, "object_name");
+	name = PG_GETARG_TEXT_PP(5);
+	req->name = attempt_safe_name(VARDATA_ANY(name), VARSIZE_ANY_EXHDR(name));
+	req->declared = PG_ARGISNULL(6) ? NULL : idem_digest_arg(fcinfo, 6, "declared_digest");
+	req->request[0] = CStringGetTextDatum(kind);
+	req->request[1] = CStringGetTextDatum(req->target);
+	req->request[2] = CStringGetTextDatum(request_id);
+}
+
+/* The kind's mode and key prefix; an unregistered kind is refused.  In SPI. */
+static void
+open_kind(OpenRequest *req)
+{
+	if (idem_execute(&select_kind, req->namespace, req->request, NULL, false, 1) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("attempt kind \"%s\" is not registered",
+						TextDatumGetCString(req->request[0])),
+				 errhint("Register it with idem_attempt_register_kind(kind, mode, key_prefix).")));
+	req->mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	req->prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+}
+
+/*
+ * No attempt of the request yet: insert generation 1 and decide "new".
+ * False when a concurrent open inserted it first: read theirs.
+ */
+static bool
+open_new(OpenRequest *req, Decision *d)
+{
+	Datum		id = attempt_new_id();
+	Datum		ins[11];
+	char		ins_nulls[11];
+	bool		isnull;
+
+	memset(ins_nulls, ' ', sizeof(ins_nulls));
+	ins[0] = id;
+	ins[1] = req->request[0];
+	ins[2] = req->request[1];
+	ins[3] = req->request[2];
+	ins[4] = CStringGetTextDatum(req->created_by);
+	ins[5] = JsonbPGetDatum(req->intent);
+	ins[6] = PointerGetDatum(req->declared);
+	if (req->declared == NULL)
+		ins_nulls[6] = 'n';
+	ins[7] = CStringGetTextDatum(req->name);
+	ins[8] = PointerGetDatum(req->hash);
+	ins[9] = CStringGetTextDatum(attempt_key_of(req->prefix, req->target, id, 1, req->name));
+	ins[10] = req->request[3];
+	if (idem_execute(&insert_attempt, req->namespace, ins, ins_nulls, false, 1) != 1)
+		return false;
+	set_value(d, DEC_DECISION, CStringGetTextDatum("new"));
+	set_value(d, DEC_ATTEMPT_ID, id);
+	set_value(d, DEC_GENERATION, Int64GetDatum(1));
+	set_value(d, DEC_STATUS, CStringGetTextDatum("pending"));
+	set_value(d, DEC_NEXT_STEP, CStringGetTextDatum("upload"));
+	set_value(d, DEC_OBJECT_KEY,
+			  SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (req->declared != NULL)
+		set_value(d, DEC_DECLARED_DIGEST, PointerGetDatum(req->declared));
+	set_value(d, DEC_CREATED_AT,
+			  SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	idem_count(IDEM_STAT_ATTEMPT_OPENED, 1);
+	return true;
+}
+
+/* Does the stored attempt answer another intent, or another declared digest? */
+static bool
+open_mismatch(OpenRequest *req, HeapTuple row, TupleDesc desc)
+{
+	bool		isnull;
+	bool		declared_null;
+	Datum		stored_hash = SPI_getbinval(row, desc, REQ_INTENT_HASH, &isnull);
+	Datum		stored_declared = SPI_getbinval(row, desc, REQ_DECLARED_DIGEST, &declared_null);
+
+	if (!attempt_bytea_equal(DatumGetByteaPP(stored_hash), req->hash))
+		return true;
+	return req->declared != NULL &&
+		(declared_null || !attempt_bytea_equal(DatumGetByteaPP(stored_declared), req->declared));
+}
+
+/*
+ * A superseded attempt: the target's current attempt, for a replace kind
+ * from the target's pointer, else the attempt that superseded it.
+ */
+static void
+open_superseded(OpenRequest *req, HeapTuple row, TupleDesc desc, Decision *d)
+{
+	Datum		current;
+	bool		isnull;
+
+	set_value(d, DEC_DECISION, CStringGetTextDatum("superseded"));
+	if (strcmp(req->mode, "replace") == 0 &&
+		current_attempt(req->namespace, req->request[0], req->request[1],
+						SPI_getbinval(row, desc, REQ_SCOPE, &isnull), &current))
+		set_value(d, DEC_CURRENT_ATTEMPT_ID, current);
+	else
+		d->values[DEC_CURRENT_ATTEMPT_ID] =
+			SPI_getbinval(row, desc, REQ_SUPERSEDED_BY, &d->nulls[DEC_CURRENT_ATTEMPT_ID]);
+}
+
+/*
+ * A failed attempt: "gone" when its reason is final, else reopened as the
+ * next generation.  False when another open reopened it first: read again.
+ */
+static bool
+open_failed(OpenRequest *req, HeapTuple row, TupleDesc desc, Decision *d)
+{
+	Datum		generation;
+	Datum		key;
+
+	if (!attempt_is_reopenable(SPI_getvalue(row, desc, REQ_FAILURE_REASON)))
+	{
+		set_value(d, DEC_DECISION, CStringGetTextDatum("gone"));
+		return true;
+	}
+	if (!attempt_reopen_cas(req->namespace, d->values[DEC_ATTEMPT_ID],
+							DatumGetInt64(d->values[DEC_GENERATION]), &generation, &key))
+		return false;
+	set_value(d, DEC_DECISION, CStringGetTextDatum("reopened"));
+	set_value(d, DEC_GENERATION, generation);
+	set_value(d, DEC_OBJECT_KEY, key);
+	set_value(d, DEC_STATUS, CStringGetTextDatum("pending"));
+	d->nulls[DEC_FAILURE_REASON] = true;
+	set_value(d, DEC_NEXT_STEP, CStringGetTextDatum("upload"));
+	idem_count(IDEM_STAT_ATTEMPT_TRANSITIONS, 1);
+	return true;
+}
+
+/*
+ * The decision on the request's stored attempt, the table's rows after
+ * "no row": another principal, another intent, then by status.  False
+ * when it must be read again.
+ */
+static bool
+open_existing(OpenRequest *req, HeapTuple row, TupleDesc desc, Decision *d)
+{
+	char	   *status;
+
+	/*
+	 * Another principal of the caller's own service (created_by is the
+	 * caller's label, not a boundary between roles: the scope is): say
+	 * nothing about it.
+	 */
+	if (strcmp(SPI_getvalue(row, desc, REQ_CREATED_BY), req->created_by) != 0)
+	{
+		set_value(d, DEC_DECISION, CStringGetTextDatum("forbidden"));
+		return true;
+	}
+	describe_row(d, row, desc);
+	if (open_mismatch(req, row, desc))
+	{
+		set_value(d, DEC_DECISION, CStringGetTextDatum("mismatch"));
+		return true;
+	}
+	status = SPI_getvalue(row, desc, REQ_STATUS);
+	if (strcmp(status, "pending") == 0 || strcmp(status, "stored") == 0)
+	{
+		set_value(d, DEC_DECISION, CStringGetTextDatum("resume"));
+		set_value(d, DEC_NEXT_STEP,
+				  CStringGetTextDatum(status[0] == 'p' ? "upload" : "promote"));
+		return true;
+	}
+	if (strcmp(status, "promoted") == 0)
+	{
+		set_value(d, DEC_DECISION, CStringGetTextDatum("promoted"));
+		set_value(d, DEC_CURRENT_ATTEMPT_ID, d->values[DEC_ATTEMPT_ID]);
+		return true;
+	}
+	if (strcmp(status, "superseded") == 0)
+	{
+		open_superseded(req, row, desc, d);
+		return true;
+	}
+	return open_failed(req, row, desc, d);
+}
+
 /*
  * idem_attempt_open(kind, target, client_request_id, created_by, intent,
  * object_name, declared_digest): the replay decision table.
@@ -231,195 +445,39 @@ current_attempt(Oid namespace, Datum kind, Datum target, Datum scope, Datum *cur
  *												 the current attempt
  *	  failed(reaped_no_blob | digest_mismatch)   reopened: generation + 1
  *	  failed(target_gone)                        gone
+ *
+ * A row that changed between the read and the write (a concurrent open's
+ * insert or reopen) is read again, up to OPEN_MAX_ATTEMPTS times.
  */
 Datum
 idem_attempt_open(PG_FUNCTION_ARGS)
 {
-	Oid			namespace = idem_function_namespace(fcinfo);
-	char	   *kind = attempt_text_arg(fcinfo, 0, "kind");
-	char	   *target = attempt_text_arg(fcinfo, 1, "target");
-	char	   *request_id = attempt_text_arg(fcinfo, 2, "client_request_id");
-	char	   *created_by = attempt_text_arg(fcinfo, 3, "created_by");
-	Jsonb	   *intent = attempt_object_arg(fcinfo, 4, "intent", false);
-	bytea	   *hash = attempt_intent_hash(intent);
-	bytea	   *declared = NULL;
-	text	   *name_arg;
-	char	   *name;
-	char	   *mode;
-	char	   *prefix;
-	Datum		values[4];
+	OpenRequest req;
 	MemoryContext outer = CurrentMemoryContext;
 	Decision	d;
 	TupleDesc	tupdesc;
 	HeapTuple	result;
 	int			attempt;
+	bool		decided = false;
 
-	attempt_check_kind(kind);
-	attempt_check_path("target", target, TARGET_MAX_BYTES);
-	if (strlen(request_id) > IDEM_MAX_KEY_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("client_request_id must be at most %d bytes", IDEM_MAX_KEY_BYTES),
-				 errdetail("The client_request_id given is %d bytes long.",
-						   (int) strlen(request_id))));
-	idem_require_arg(fcinfo, 5, "object_name");
-	name_arg = PG_GETARG_TEXT_PP(5);
-	name = attempt_safe_name(VARDATA_ANY(name_arg), VARSIZE_ANY_EXHDR(name_arg));
-	if (!PG_ARGISNULL(6))
-		declared = idem_digest_arg(fcinfo, 6, "declared_digest");
+	open_arguments(fcinfo, &req);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 
-	memset(&d, 0, sizeof(d));
-	memset(d.nulls, true, sizeof(d.nulls));
-
 	SPI_connect();
-	values[0] = CStringGetTextDatum(kind);
-	if (idem_execute(&select_kind, namespace, values, NULL, false, 1) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("attempt kind \"%s\" is not registered", kind),
-				 errhint("Register it with idem_attempt_register_kind(kind, mode, key_prefix).")));
-	mode = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	prefix = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-
-	values[1] = CStringGetTextDatum(target);
-	values[2] = CStringGetTextDatum(request_id);
-	values[3] = ObjectIdGetDatum(idem_current_scope(namespace));
-
-	for (attempt = 0; attempt < OPEN_MAX_ATTEMPTS; attempt++)
+	open_kind(&req);
+	req.request[3] = ObjectIdGetDatum(idem_current_scope());
+	for (attempt = 0; attempt < OPEN_MAX_ATTEMPTS && !decided; attempt++)
 	{
-		HeapTuple	row;
-		TupleDesc	desc;
-		bool		isnull;
-		char	   *status;
-		Datum		stored_declared;
-		bool		declared_null;
-
 		CHECK_FOR_INTERRUPTS();
-
-		if (idem_execute(&select_request, namespace, values, NULL, false, 1) == 0)
-		{
-			Datum		id = attempt_new_id();
-			Datum		ins[11];
-			char		ins_nulls[11];
-
-			memset(ins_nulls, ' ', sizeof(ins_nulls));
-			ins[0] = id;
-			ins[1] = values[0];
-			ins[2] = values[1];
-			ins[3] = values[2];
-			ins[4] = CStringGetTextDatum(created_by);
-			ins[5] = JsonbPGetDatum(intent);
-			ins[6] = PointerGetDatum(declared);
-			if (declared == NULL)
-				ins_nulls[6] = 'n';
-			ins[7] = CStringGetTextDatum(name);
-			ins[8] = PointerGetDatum(hash);
-			ins[9] = CStringGetTextDatum(attempt_key_of(prefix, target, id, 1, name));
-			ins[10] = values[3];
-			if (idem_execute(&insert_attempt, namespace, ins, ins_nulls, false, 1) == 1)
-			{
-				set_value(&d, DEC_DECISION, CStringGetTextDatum("new"));
-				set_value(&d, DEC_ATTEMPT_ID, id);
-				set_value(&d, DEC_GENERATION, Int64GetDatum(1));
-				set_value(&d, DEC_STATUS, CStringGetTextDatum("pending"));
-				set_value(&d, DEC_NEXT_STEP, CStringGetTextDatum("upload"));
-				set_value(&d, DEC_OBJECT_KEY,
-						  SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-				if (declared != NULL)
-					set_value(&d, DEC_DECLARED_DIGEST, PointerGetDatum(declared));
-				set_value(&d, DEC_CREATED_AT,
-						  SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-				idem_count(IDEM_STAT_ATTEMPT_OPENED, 1);
-				break;
-			}
-			continue;			/* a concurrent open inserted it: read theirs */
-		}
-
-		row = SPI_tuptable->vals[0];
-		desc = SPI_tuptable->tupdesc;
-
-		/*
-		 * Another principal of the caller's own service (created_by is the
-		 * caller's label, not a boundary between roles: the scope is):
-		 * say nothing about it.
-		 */
-		if (strcmp(SPI_getvalue(row, desc, REQ_CREATED_BY), created_by) != 0)
-		{
-			set_value(&d, DEC_DECISION, CStringGetTextDatum("forbidden"));
-			break;
-		}
-
-		describe_row(&d, row, desc);
-		stored_declared = SPI_getbinval(row, desc, REQ_DECLARED_DIGEST, &declared_null);
-		if (!attempt_bytea_equal(DatumGetByteaPP(SPI_getbinval(row, desc, REQ_INTENT_HASH, &isnull)), hash) ||
-			(declared != NULL &&
-			 (declared_null || !attempt_bytea_equal(DatumGetByteaPP(stored_declared), declared))))
-		{
-			set_value(&d, DEC_DECISION, CStringGetTextDatum("mismatch"));
-			break;
-		}
-
-		status = SPI_getvalue(row, desc, REQ_STATUS);
-		if (strcmp(status, "pending") == 0 || strcmp(status, "stored") == 0)
-		{
-			set_value(&d, DEC_DECISION, CStringGetTextDatum("resume"));
-			set_value(&d, DEC_NEXT_STEP,
-					  CStringGetTextDatum(status[0] == 'p' ? "upload" : "promote"));
-			break;
-		}
-		if (strcmp(status, "promoted") == 0)
-		{
-			set_value(&d, DEC_DECISION, CStringGetTextDatum("promoted"));
-			set_value(&d, DEC_CURRENT_ATTEMPT_ID, d.values[DEC_ATTEMPT_ID]);
-			break;
-		}
-		if (strcmp(status, "superseded") == 0)
-		{
-			Datum		current;
-
-			set_value(&d, DEC_DECISION, CStringGetTextDatum("superseded"));
-			if (strcmp(mode, "replace") == 0 &&
-				current_attempt(namespace, values[0], values[1],
-								SPI_getbinval(row, desc, REQ_SCOPE, &isnull), &current))
-				set_value(&d, DEC_CURRENT_ATTEMPT_ID, current);
-			else
-				d.values[DEC_CURRENT_ATTEMPT_ID] =
-					SPI_getbinval(row, desc, REQ_SUPERSEDED_BY, &d.nulls[DEC_CURRENT_ATTEMPT_ID]);
-			break;
-		}
-
-		/* failed */
-		if (!attempt_is_reopenable(SPI_getvalue(row, desc, REQ_FAILURE_REASON)))
-		{
-			set_value(&d, DEC_DECISION, CStringGetTextDatum("gone"));
-			break;
-		}
+		memset(&d, 0, sizeof(d));
+		memset(d.nulls, true, sizeof(d.nulls));
+		if (idem_execute(&select_request, req.namespace, req.request, NULL, false, 1) == 0)
+			decided = open_new(&req, &d);
 		else
-		{
-			Datum		generation;
-			Datum		key;
-
-			if (attempt_reopen_cas(namespace, d.values[DEC_ATTEMPT_ID],
-								   DatumGetInt64(d.values[DEC_GENERATION]),
-								   &generation, &key))
-			{
-				set_value(&d, DEC_DECISION, CStringGetTextDatum("reopened"));
-				set_value(&d, DEC_GENERATION, generation);
-				set_value(&d, DEC_OBJECT_KEY, key);
-				set_value(&d, DEC_STATUS, CStringGetTextDatum("pending"));
-				d.nulls[DEC_FAILURE_REASON] = true;
-				set_value(&d, DEC_NEXT_STEP, CStringGetTextDatum("upload"));
-				idem_count(IDEM_STAT_ATTEMPT_TRANSITIONS, 1);
-				break;
-			}
-			/* reopened concurrently: read it again */
-			memset(d.nulls, true, sizeof(d.nulls));
-		}
+			decided = open_existing(&req, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, &d);
 	}
-
-	if (attempt == OPEN_MAX_ATTEMPTS)
+	if (!decided)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 				 errmsg("could not open attempt: it changed concurrently %d times",
@@ -450,7 +508,7 @@ idem_attempt_current(PG_FUNCTION_ARGS)
 	idem_require_arg(fcinfo, 1, "target");
 	SPI_connect();
 	found = current_attempt(namespace, PG_GETARG_DATUM(0), PG_GETARG_DATUM(1),
-							ObjectIdGetDatum(idem_current_scope(namespace)), &current);
+							ObjectIdGetDatum(idem_current_scope()), &current);
 	if (found)
 		current = SPI_datumTransfer(current, false, UUID_LEN);
 	SPI_finish();

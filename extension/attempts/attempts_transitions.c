@@ -13,12 +13,10 @@
 #include "core/statements.h"
 #include "core/stats.h"
 #include "attempts/attempts.h"
+#include "outbox/outbox.h"
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
-#include "nodes/makefuncs.h"
-#include "nodes/value.h"
-#include "parser/parse_func.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/uuid.h"
@@ -88,7 +86,7 @@ static IdemStatement store_attempt = {
 
 /*
  * The failure, answering its event's topic, payload and key; the event is
- * staged at once (stage_event).  Events of one target share the outbox key
+ * staged at once (idem_outbox_stage_event).  Events of one target share the outbox key
  * kind/target, so they are published in order.
  */
 static IdemStatement fail_attempt = {
@@ -179,43 +177,6 @@ static IdemStatement supersede_attempt = {
 };
 
 /*
- * Stage an outbox event through the extension's own
- * idem_outbox_stage(text, jsonb, text, jsonb, interval): found by its
- * exact signature in the extension's schema and called through fmgr, not
- * by name from SQL, where an overload another role planted in the schema
- * could be the better match or make the call ambiguous.  The event's id.
- */
-static int64
-stage_event(Oid namespace, Datum topic, Datum payload, Datum key)
-{
-	Oid			argtypes[5] = {TEXTOID, JSONBOID, TEXTOID, JSONBOID, INTERVALOID};
-	List	   *name = list_make2(makeString(get_namespace_name(namespace)),
-								  makeString("idem_outbox_stage"));
-	Oid			fn = LookupFuncName(name, 5, argtypes, false);
-	FmgrInfo	flinfo;
-	Datum		result;
-
-	LOCAL_FCINFO(fcinfo, 5);
-
-	fmgr_info(fn, &flinfo);
-	InitFunctionCallInfoData(*fcinfo, &flinfo, 5, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = topic;
-	fcinfo->args[0].isnull = false;
-	fcinfo->args[1].value = payload;
-	fcinfo->args[1].isnull = false;
-	fcinfo->args[2].value = key;
-	fcinfo->args[2].isnull = false;
-	fcinfo->args[3].value = (Datum) 0;
-	fcinfo->args[3].isnull = true;
-	fcinfo->args[4].value = IntervalPGetDatum(palloc0(sizeof(Interval)));
-	fcinfo->args[4].isnull = false;
-	result = FunctionCallInvoke(fcinfo);
-	if (fcinfo->isnull)
-		elog(ERROR, "idem_outbox_stage returned NULL");
-	return DatumGetInt64(result);
-}
-
-/*
  * Copy the event a statement answered (topic, payload, key in columns 1-3
  * of its only row) out of the statement's result, and stage it.
  */
@@ -229,7 +190,8 @@ stage_answered_event(Oid namespace)
 	Datum		payload = SPI_getbinval(row, desc, 2, &isnull);
 	Datum		key = SPI_getbinval(row, desc, 3, &isnull);
 
-	return stage_event(namespace, topic, payload, key);
+	return idem_outbox_stage_event(namespace, DatumGetTextPP(topic), DatumGetJsonbP(payload),
+								   DatumGetTextPP(key), NULL, NULL);
 }
 
 /* The row as the last miss found it. */
@@ -261,7 +223,7 @@ require_own(Oid namespace, Datum attempt_id)
 	Datum		values[2];
 
 	values[0] = attempt_id;
-	values[1] = ObjectIdGetDatum(idem_current_scope(namespace));
+	values[1] = ObjectIdGetDatum(idem_current_scope());
 	if (idem_execute(&select_own, namespace, values, NULL, false, 1) == 0)
 		report_no_attempt(attempt_id);
 }

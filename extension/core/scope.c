@@ -71,41 +71,17 @@ idem_refuse_restricted(void)
 }
 
 /*
- * The type of the schema's scope columns: InvalidOid before 0.3.0, text
- * (role names) from 0.3.0, regrole (roles) from 0.5.0.
- */
-Oid
-idem_schema_scope_type(Oid namespace)
-{
-	Oid			keys = get_relname_relid("idem_keys", namespace);
-	AttrNumber	attnum;
-
-	if (!OidIsValid(keys))
-		return InvalidOid;
-	attnum = get_attnum(keys, "scope");
-	return attnum == InvalidAttrNumber ? InvalidOid : get_atttype(keys, attnum);
-}
-
-/*
  * The caller's scope in the schema's tables: the calling role's OID, or
  * idem.scope's role when the calling role has its privileges.  Called
  * before any switch to the tables' owner.
- *
- * Until ALTER EXTENSION UPDATE, a schema of 0.3.0 or 0.4.0 (scopes by
- * name) runs some of the functions as SECURITY DEFINER, which hides the
- * calling role: there the scope is the session's role, as those versions
- * took it (only inside a definer's call is the schema looked at, so the
- * claim path pays nothing for it).
  */
 Oid
-idem_current_scope(Oid namespace)
+idem_current_scope(void)
 {
 	Oid			caller = GetUserId();
 	Oid			scope_role;
 
 	idem_refuse_restricted();
-	if (InLocalUserIdChange() && idem_schema_scope_type(namespace) == TEXTOID)
-		caller = GetOuterUserId();
 	if (idem_scope_setting == NULL || idem_scope_setting[0] == '\0')
 		return caller;
 
@@ -126,40 +102,4 @@ idem_current_scope(Oid namespace)
 						 quote_identifier(idem_scope_setting),
 						 quote_identifier(GetUserNameFromId(caller, false)))));
 	return scope_role;
-}
-
-/*
- * A scope as a value of a scope column.  Before ALTER EXTENSION UPDATE to
- * 0.5.0 the column is 0.3.0's text (the role's name, '' for shared); the
- * library serves both until the update.
- */
-Datum
-idem_scope_value(Oid scope, Oid column_type)
-{
-	char	   *name;
-
-	if (column_type == IDEM_SCOPE_TYPE)
-		return ObjectIdGetDatum(scope);
-	if (scope == IDEM_SHARED_SCOPE)
-		return PointerGetDatum(cstring_to_text(""));
-	name = GetUserNameFromId(scope, true);
-	if (name == NULL)
-		elog(ERROR, "cache lookup failed for role %u", scope);
-	return PointerGetDatum(cstring_to_text(name));
-}
-
-/* A scope column's value as a scope (see idem_scope_value). */
-Oid
-idem_scope_of_value(Datum value, Oid column_type)
-{
-	char	   *name;
-	Oid			role;
-
-	if (column_type == IDEM_SCOPE_TYPE)
-		return DatumGetObjectId(value);
-	name = text_to_cstring(DatumGetTextPP(value));
-	if (name[0] == '\0')
-		return IDEM_SHARED_SCOPE;
-	role = get_role_oid(name, true);
-	return OidIsValid(role) ? role : IDEM_NO_ROLE_SCOPE;
 }

@@ -17,14 +17,6 @@
 #define IDEM_SHARED_SCOPE	InvalidOid
 
 /*
- * The scope the 0.5.0 upgrade gives rows whose role name no longer named a
- * role: OID 1 is template1's (manually assigned OIDs are unique across
- * the catalogs, and CREATE ROLE assigns OIDs from 16384 up), so no role
- * has it or ever will, and those rows stay unreachable until they expire.
- */
-#define IDEM_NO_ROLE_SCOPE	((Oid) 1)
-
-/*
  * The type of the scope columns from 0.5.0: regrole, a role's OID (so a
  * renamed role keeps its rows and a new role under an old name gets none)
  * whose text form is the role's name, so that pg_dump and logical
@@ -35,9 +27,6 @@
 #define IDEM_SCOPE_TYPE		REGROLEOID
 
 extern void idem_refuse_restricted(void);
-extern Oid	idem_schema_scope_type(Oid namespace);
-extern Oid	idem_current_scope(Oid namespace);
-extern Datum idem_scope_value(Oid scope, Oid column_type);
-extern Oid	idem_scope_of_value(Datum value, Oid column_type);
+extern Oid	idem_current_scope(void);
 
 #endif							/* IDEM_CORE_SCOPE_H */

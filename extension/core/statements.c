@@ -3,15 +3,6 @@
  * statements.c
  *	  Cached SPI plans qualified with the extension's schema.
  *
- * Between installing a new library and ALTER EXTENSION UPDATE, the new
- * library runs against the previous version's tables.  The claim path
- * serves them (key_table.c); the cleanup's statements carry the text for
- * a 0.2 schema as well; a statement here given a scope (a role's OID)
- * refuses a schema before 0.5.0, whose scopes are names, with the hint
- * to update it.  The shape is checked on every execution (a few
- * syscache probes), so that an ALTER EXTENSION UPDATE in the same session
- * switches at once.
- *
  * The SQL-callable functions of the outbox, the inbox, the attempts and the
  * cleanup run a handful of fixed statements against their own tables (the
  * claim hot path runs none: key_table.c reads and writes idem_keys
@@ -26,7 +17,8 @@
  * here as the tables' owner, with search_path pinned to pg_catalog,
  * pg_temp, which is what SECURITY DEFINER ... SET search_path did for
  * them before 0.5.0, and it refuses to run inside a security-restricted
- * operation (idem_refuse_restricted).
+ * operation (idem_refuse_restricted).  Tables older than the library
+ * serves are refused first (schema.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -34,6 +26,7 @@
 #include "postgres.h"
 
 #include "core/statements.h"
+#include "core/schema.h"
 #include "core/scope.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
@@ -81,19 +74,6 @@ qualified_sql(const char *sql, Oid namespace)
 	}
 	appendStringInfoString(&buf, p);
 	return buf.data;
-}
-
-/* Refuse the tables of a version before 0.5.0's scopes. */
-void
-idem_require_current_schema(Oid namespace)
-{
-	if (idem_schema_scope_type(namespace) != IDEM_SCOPE_TYPE)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_idem's tables need ALTER EXTENSION pg_idem UPDATE"),
-				 errdetail("The library is version %s; the installed extension's tables are from before 0.5.0, whose scopes are role names.",
-						   IDEM_VERSION),
-				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
 }
 
 /* The owner of the schema's tables (idem_keys'), which pg_idem acts as. */
@@ -149,14 +129,9 @@ static SPIPlanPtr
 statement_plan(IdemStatement *stmt, Oid namespace)
 {
 	SPIPlanPtr	plan;
-	bool		unscoped = stmt->unscoped_sql != NULL &&
-		!OidIsValid(idem_schema_scope_type(namespace));
 
-	/* A statement given a scope (an oid argument) needs 0.5.0's columns. */
-	for (int i = 0; i < stmt->nargs; i++)
-		if (stmt->argtypes[i] == OIDOID)
-			idem_require_current_schema(namespace);
-	if (stmt->plan != NULL && stmt->namespace == namespace && stmt->unscoped == unscoped)
+	idem_require_served_schema(namespace);
+	if (stmt->plan != NULL && stmt->namespace == namespace)
 		return stmt->plan;
 
 	/* The extension was re-created elsewhere: forget the old plan. */
@@ -166,8 +141,7 @@ statement_plan(IdemStatement *stmt, Oid namespace)
 		stmt->plan = NULL;
 	}
 
-	plan = SPI_prepare(qualified_sql(unscoped ? stmt->unscoped_sql : stmt->sql, namespace),
-					   stmt->nargs, stmt->argtypes);
+	plan = SPI_prepare(qualified_sql(stmt->sql, namespace), stmt->nargs, stmt->argtypes);
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed for \"%s\": %s",
 			 stmt->sql, SPI_result_code_string(SPI_result));
@@ -175,7 +149,6 @@ statement_plan(IdemStatement *stmt, Oid namespace)
 		elog(ERROR, "SPI_keepplan failed");
 	stmt->plan = plan;
 	stmt->namespace = namespace;
-	stmt->unscoped = unscoped;
 	return plan;
 }
 

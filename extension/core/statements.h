@@ -22,10 +22,8 @@ typedef struct IdemStatement
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[12];
-	const char *unscoped_sql;	/* the text for a 0.2 schema, NULL: the same */
 	SPIPlanPtr	plan;			/* kept plan, or NULL before first use */
 	Oid			namespace;		/* schema the plan was prepared for */
-	bool		unscoped;		/* the plan is unscoped_sql's */
 } IdemStatement;
 
 /* The caller's identity, kept while a statement runs as the tables' owner. */
@@ -37,7 +35,6 @@ typedef struct IdemOwnerSwitch
 } IdemOwnerSwitch;
 
 extern Oid	idem_function_namespace(FunctionCallInfo fcinfo);
-extern void idem_require_current_schema(Oid namespace);
 extern void idem_as_owner(Oid namespace, IdemOwnerSwitch *save);
 extern void idem_as_caller(IdemOwnerSwitch *save);
 extern int	idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,

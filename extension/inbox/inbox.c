@@ -45,6 +45,7 @@
 #include "core/arguments.h"
 #include "core/errors.h"
 #include "core/hashing.h"
+#include "core/schema.h"
 #include "core/scope.h"
 #include "core/settings.h"
 #include "core/statements.h"
@@ -217,18 +218,6 @@ same_payload(HeapTuple row, TupleDesc desc, int column, bytea *payload_hash)
 		memcmp(VARDATA_ANY(hash), VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN) == 0;
 }
 
-/* Refuse to work on a 0.2 schema: ALTER EXTENSION UPDATE comes first. */
-static void
-require_scoped_schema(Oid namespace)
-{
-	if (idem_schema_scope_type(namespace) != IDEM_SCOPE_TYPE)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_idem's inbox needs ALTER EXTENSION pg_idem UPDATE"),
-				 errdetail("The library is version %s; the installed extension's tables are from before 0.5.0.", IDEM_VERSION),
-				 errhint("Run ALTER EXTENSION pg_idem UPDATE in this database.")));
-}
-
 /*
  * The scope of a message's row: the caller's, or the shared scope when the
  * message was delivered before 0.3.0 (such rows are shared by every role).
@@ -344,7 +333,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
 	bytea	   *payload_hash = idem_digest_arg(fcinfo, 2, "payload_hash");
-	Oid			caller_scope = idem_current_scope(namespace);
+	Oid			caller_scope = idem_current_scope();
 	Datum		scope;
 	int32		max_attempts;
 	int32		seen_errors = 0;
@@ -357,7 +346,7 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_attempts must be between 1 and %d", INBOX_MAX_ATTEMPTS),
 				 errdetail("The max_attempts given is %d.", max_attempts)));
-	require_scoped_schema(namespace);
+	idem_require_served_schema(namespace);
 
 	if (idem_inbox_find_attempt(key, true) != NULL)
 		ereport(ERROR,
@@ -477,7 +466,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	idem_require_arg(fcinfo, 2, "error");
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	require_scoped_schema(namespace);
+	idem_require_served_schema(namespace);
 
 	/* What this backend knows of the attempt: open (savepoint protocol) or orphaned. */
 	known = idem_inbox_find_attempt(key, true);
@@ -492,7 +481,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	scope = known != NULL ? ObjectIdGetDatum(known->scope) :
-		message_scope(namespace, key, idem_current_scope(namespace));
+		message_scope(namespace, key, idem_current_scope());
 	outcome = idem_inbox_record_failure(namespace, key, scope, PointerGetDatum(consumer),
 										PointerGetDatum(message_id), known,
 										PG_GETARG_DATUM(2), false,

@@ -556,7 +556,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	req.lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
 	deadline = wait_deadline(fcinfo, 3);
 	req.in_transaction = in_transaction;
-	req.scope = idem_current_scope(namespace);
+	req.scope = idem_current_scope();
 	req.claim_id = NULL;
 
 	lock_wait = idem_lock_wait_apply(fcinfo, 4);
@@ -602,7 +602,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	bytea	   *cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	bytea	   *request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
-	Oid			scope = idem_current_scope(namespace);
+	Oid			scope = idem_current_scope();
 	KeyTable   *table;
 	ClaimAnswer answer;
 

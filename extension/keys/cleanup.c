@@ -52,13 +52,7 @@ static IdemStatement delete_finished = {
 	" DELETE FROM @extschema@.idem_keys k USING batch"
 	"  WHERE k.cache_key = batch.cache_key AND k.scope = batch.scope"
 	"    AND " DELETABLE("k."),
-	2, {INT4OID, INTERVALOID},
-	"WITH batch AS MATERIALIZED ("
-	"  SELECT cache_key FROM @extschema@.idem_keys"
-	"   WHERE " DELETABLE("")
-	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
-	" DELETE FROM @extschema@.idem_keys k USING batch"
-	"  WHERE k.cache_key = batch.cache_key AND " DELETABLE("k.")
+	2, {INT4OID, INTERVALOID}
 };
 
 #define EXPIRABLE(k) \
@@ -100,9 +94,7 @@ idem_cleanup(PG_FUNCTION_ARGS)
 	int32		batch;
 	int			deleted;
 	int			expired = 0;
-	/* A 0.2 schema (before ALTER EXTENSION UPDATE) has one horizon. */
-	int			delete_after_s = OidIsValid(idem_schema_scope_type(namespace)) ?
-		Max(idem_ttl_s, idem_tombstone_ttl_s) : idem_ttl_s;
+	int			delete_after_s = Max(idem_ttl_s, idem_tombstone_ttl_s);
 
 	idem_require_arg(fcinfo, 0, "batch");
 	batch = PG_GETARG_INT32(0);

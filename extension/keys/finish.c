@@ -68,7 +68,7 @@ fenced_write(FunctionCallInfo fcinfo, FenceChange change, const void *arg, KeyRo
 	bool		written = false;
 
 	owner.claim_id = PG_GETARG_UUID_P(1);
-	owner.scope = idem_current_scope(namespace);
+	owner.scope = idem_current_scope();
 	table = key_table_open(namespace, DIRECT_UPDATE);
 	for (;;)
 	{

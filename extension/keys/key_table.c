@@ -50,7 +50,7 @@ typedef enum KeyColumn
 
 static const DirectColumn key_columns[NCOLUMNS] = {
 	[COL_CACHE_KEY] = {"cache_key", BYTEAOID},
-	[COL_SCOPE] = {"scope", IDEM_SCOPE_TYPE, true, TEXTOID},	/* since 0.3.0; text before 0.5.0 */
+	[COL_SCOPE] = {"scope", IDEM_SCOPE_TYPE},
 	[COL_STATE] = {"state", TEXTOID},
 	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID},
 	[COL_CLAIM_ID] = {"claim_id", UUIDOID},
@@ -74,13 +74,13 @@ key_table_open(Oid namespace, DirectAccess access)
 {
 	KeyTable   *table = direct_open(&keys, namespace, access);
 
-	if (direct_attnum(table, COL_CACHE_KEY) != direct_key_attnum(table, 0) ||
-		(direct_attnum(table, COL_SCOPE) != 0 && direct_key_columns(table) == 2 &&
-		 direct_attnum(table, COL_SCOPE) != direct_key_attnum(table, 1)))
+	if (direct_key_columns(table) != 2 ||
+		direct_attnum(table, COL_CACHE_KEY) != direct_key_attnum(table, 0) ||
+		direct_attnum(table, COL_SCOPE) != direct_key_attnum(table, 1))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_idem table idem_keys has an unexpected primary key"),
-				 errdetail("Its primary key must be (cache_key, scope), or (cache_key) before 0.3.0.")));
+				 errdetail("Its primary key must be (cache_key, scope).")));
 	return table;
 }
 
@@ -100,20 +100,6 @@ void
 key_table_close(KeyTable *table)
 {
 	direct_close(table);
-}
-
-/* Does the table have 0.3.0's scope column? */
-bool
-key_table_has_scopes(KeyTable *table)
-{
-	return direct_attnum(table, COL_SCOPE) != 0;
-}
-
-/* The scope column's type: oid, or text before the 0.5.0 update. */
-static Oid
-scope_type(KeyTable *table)
-{
-	return direct_column_type(table, COL_SCOPE);
 }
 
 /* A state column's value as the protocol's IdemKeyState. */
@@ -146,8 +132,7 @@ row_from_tuple(KeyTable *table, HeapTuple tuple, KeyRow *row)
 	row->tid = tuple->t_self;
 	row->tuple = tuple;
 	row->cache_key = DatumGetByteaPP(VALUE(COL_CACHE_KEY));
-	row->scope = direct_attnum(table, COL_SCOPE) != 0 ?
-		idem_scope_of_value(VALUE(COL_SCOPE), scope_type(table)) : IDEM_SHARED_SCOPE;
+	row->scope = DatumGetObjectId(VALUE(COL_SCOPE));
 	row->state = parse_state(DatumGetTextPP(VALUE(COL_STATE)));
 	row->request_hash = ISNULL(COL_REQUEST_HASH) ? NULL : DatumGetByteaPP(VALUE(COL_REQUEST_HASH));
 	row->claim_id = ISNULL(COL_CLAIM_ID) ? NULL : DatumGetUUIDP(VALUE(COL_CLAIM_ID));
@@ -243,16 +228,15 @@ key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match, const void *ar
 	Datum		keys[2];
 
 	keys[0] = PointerGetDatum(cache_key);
-	if (match != KEY_MATCH_SCOPE || !key_table_has_scopes(table) ||
-		direct_key_columns(table) != 2)
+	if (match != KEY_MATCH_SCOPE)
 		return scan_rows(table, 1, keys, match, arg, fresh_snapshot, row);
 
-	keys[1] = idem_scope_value(*(const Oid *) arg, scope_type(table));
+	keys[1] = ObjectIdGetDatum(*(const Oid *) arg);
 	if (scan_rows(table, 2, keys, match, arg, fresh_snapshot, row))
 		return true;
 	if (*(const Oid *) arg == IDEM_SHARED_SCOPE)
 		return false;
-	keys[1] = idem_scope_value(IDEM_SHARED_SCOPE, scope_type(table));
+	keys[1] = ObjectIdGetDatum(IDEM_SHARED_SCOPE);
 	/* The same read's second probe: the same snapshot. */
 	return scan_rows(table, 2, keys, match, arg, false, row);
 }
@@ -263,8 +247,7 @@ set_row(KeyTable *table, KeyRow *row)
 {
 	(void) direct_new_row(table, row->tuple);
 	direct_set(table, COL_CACHE_KEY, PointerGetDatum(row->cache_key), false);
-	if (key_table_has_scopes(table))
-		direct_set(table, COL_SCOPE, idem_scope_value(row->scope, scope_type(table)), false);
+	direct_set(table, COL_SCOPE, ObjectIdGetDatum(row->scope), false);
 	direct_set(table, COL_STATE, CStringGetTextDatum(idem_key_state_names[row->state]), false);
 	direct_set(table, COL_REQUEST_HASH, PointerGetDatum(row->request_hash), row->request_hash == NULL);
 	direct_set(table, COL_CLAIM_ID, UUIDPGetDatum(row->claim_id), row->claim_id == NULL);

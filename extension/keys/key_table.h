@@ -28,7 +28,7 @@ typedef struct KeyRow
 	ItemPointerData tid;
 	HeapTuple	tuple;			/* as read; NULL for a row to insert */
 	bytea	   *cache_key;
-	Oid			scope;			/* the role's OID; IDEM_SHARED_SCOPE before scopes */
+	Oid			scope;			/* the role's OID; IDEM_SHARED_SCOPE: from before 0.3.0 */
 	IdemKeyState state;
 	bytea	   *request_hash;	/* NULL: a tombstone (or a legacy row) */
 	pg_uuid_t  *claim_id;		/* NULL: no owner */
@@ -76,7 +76,6 @@ typedef DirectTable KeyTable;
 extern KeyTable *key_table_open(Oid namespace, DirectAccess access);
 extern KeyTable *key_table_reopen(KeyTable *table, Oid namespace);
 extern void key_table_close(KeyTable *table);
-extern bool key_table_has_scopes(KeyTable *table);
 extern bool key_table_read(KeyTable *table, bytea *cache_key, KeyMatch match,
 						   const void *arg, bool fresh_snapshot, KeyRow *row);
 extern KeyWrite key_table_insert(KeyTable *table, KeyRow *row);

@@ -56,7 +56,6 @@ typedef struct Drain
 {
 	DirectTable *queue;
 	Oid			scope;
-	Oid			scope_type;
 	pg_uuid_t  *token;
 	bool		fresh;			/* the next read takes a new snapshot */
 	Datum	   *values;
@@ -71,9 +70,8 @@ static void
 drain_open(Drain *drain, FunctionCallInfo fcinfo, Oid namespace)
 {
 	/* The caller's scope: before the open, which acts as the table's owner. */
-	drain->scope = idem_current_scope(namespace);
+	drain->scope = idem_current_scope();
 	drain->queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
-	drain->scope_type = direct_column_type(drain->queue, QUEUE_SCOPE);
 	drain->token = PG_GETARG_UUID_P(0);
 	drain->fresh = true;
 	drain->values = palloc(sizeof(Datum) * direct_natts(drain->queue));
@@ -107,7 +105,7 @@ read_held(Drain *drain, Datum id)
 		memcmp(DatumGetUUIDP(COLUMN(drain, QUEUE_CLAIM_TOKEN)), drain->token, UUID_LEN) != 0 ||
 		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), IDEM_OUTBOX_DEAD_NAME))
 		return false;
-	scope = idem_scope_of_value(COLUMN(drain, QUEUE_SCOPE), drain->scope_type);
+	scope = DatumGetObjectId(COLUMN(drain, QUEUE_SCOPE));
 	return scope == drain->scope || scope == IDEM_SHARED_SCOPE;
 }
 

@@ -97,7 +97,6 @@ typedef struct Claim
 	TimestampTz now;			/* once the queue is locked: the scan's bound */
 	TimestampTz leased_until;
 	Datum		token;
-	Oid			scope_type;
 	TupleDesc	result_desc;
 	Datum	   *values;			/* a row being checked, deformed */
 	bool	   *nulls;
@@ -134,7 +133,7 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 		/* NULLs (a DBA's hand edit, NOT NULL dropped) hold nothing. */
 		held = !nulls[COLUMN(claim, QUEUE_STATE)] && !nulls[COLUMN(claim, QUEUE_SCOPE)] &&
 			idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) &&
-			idem_scope_of_value(values[COLUMN(claim, QUEUE_SCOPE)], claim->scope_type) == scope;
+			DatumGetObjectId(values[COLUMN(claim, QUEUE_SCOPE)]) == scope;
 		heap_freetuple(row);
 	}
 	direct_index_scan_end(scan);
@@ -161,7 +160,7 @@ claimable(Claim *claim, HeapTuple row, Oid scope)
 		n[COLUMN(claim, QUEUE_SCOPE)] ||
 		!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) ||
 		DatumGetTimestampTz(v[COLUMN(claim, QUEUE_AVAILABLE_AT)]) > claim->now ||
-		idem_scope_of_value(v[COLUMN(claim, QUEUE_SCOPE)], claim->scope_type) != scope)
+		DatumGetObjectId(v[COLUMN(claim, QUEUE_SCOPE)]) != scope)
 		return false;
 	return n[COLUMN(claim, QUEUE_KEY_HASH)] ||
 		!key_held_before(claim, v[COLUMN(claim, QUEUE_KEY_HASH)], v[COLUMN(claim, QUEUE_ID)], scope);
@@ -235,7 +234,7 @@ static void
 take_claimable(Claim *claim, Oid scope, bool fresh)
 {
 	DirectScanKey keys[2] = {
-		{0, BTEqualStrategyNumber, idem_scope_value(scope, claim->scope_type)},
+		{0, BTEqualStrategyNumber, ObjectIdGetDatum(scope)},
 		{1, BTLessEqualStrategyNumber, TimestampTzGetDatum(claim->now)},
 	};
 	DirectIndexScan *scan;
@@ -282,14 +281,13 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	int32		batch = idem_outbox_batch_arg(fcinfo, 0, OUTBOX_MAX_BATCH);
 	Interval   *lease = idem_lease_argument(fcinfo, 1, "lease", false, idem_lease_ms);
-	Oid			scope = idem_current_scope(namespace);
+	Oid			scope = idem_current_scope();
 	Datum		token = DirectFunctionCall1(gen_random_uuid, (Datum) 0);
 	Claim		claim = {0};
 	int			i;
 
 	claim.token = token;
 	claim.batch = batch;
-	idem_require_current_schema(namespace);
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (rsinfo->setDesc->natts != CLAIM_NCOLUMNS)
@@ -306,7 +304,6 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	 */
 	claim.now = GetCurrentTimestamp();
 	claim.leased_until = idem_time_plus(claim.now, lease);
-	claim.scope_type = direct_column_type(claim.queue, QUEUE_SCOPE);
 	claim.values = palloc(sizeof(Datum) * direct_natts(claim.queue));
 	claim.nulls = palloc(sizeof(bool) * direct_natts(claim.queue));
 	claim.leased = palloc(sizeof(LeasedRow) * batch);

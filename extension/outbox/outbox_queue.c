@@ -27,7 +27,7 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
 	[QUEUE_HEADERS] = {"headers", JSONBOID},
 	[QUEUE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
-	[QUEUE_SCOPE] = {"scope", IDEM_SCOPE_TYPE, false, TEXTOID},	/* text before 0.5.0 */
+	[QUEUE_SCOPE] = {"scope", IDEM_SCOPE_TYPE},
 	[QUEUE_STATE] = {"state", TEXTOID},
 	[QUEUE_ATTEMPTS] = {"attempts", INT4OID},
 	[QUEUE_LAST_ERROR] = {"last_error", TEXTOID},
@@ -63,7 +63,7 @@ static const DirectColumn archive_columns[ARCHIVE_NCOLUMNS] = {
 	[ARCHIVE_CLAIM_TOKEN] = {"claim_token", UUIDOID},
 	[ARCHIVE_CREATED_AT] = {"created_at", TIMESTAMPTZOID},
 	[ARCHIVE_PUBLISHED_AT] = {"published_at", TIMESTAMPTZOID},
-	[ARCHIVE_SCOPE] = {"scope", IDEM_SCOPE_TYPE, false, TEXTOID},
+	[ARCHIVE_SCOPE] = {"scope", IDEM_SCOPE_TYPE},
 };
 
 DirectTableDef idem_outbox_archive_table =

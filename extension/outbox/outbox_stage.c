@@ -159,9 +159,7 @@ stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, tex
 	direct_set(queue, QUEUE_HEADERS, PointerGetDatum(headers), headers == NULL);
 	direct_set(queue, QUEUE_AVAILABLE_AT,
 			   TimestampTzGetDatum(delay == NULL ? now : idem_time_plus(now, delay)), false);
-	direct_set(queue, QUEUE_SCOPE,
-			   idem_scope_value(scope, direct_column_type(queue, QUEUE_SCOPE)),
-			   false);
+	direct_set(queue, QUEUE_SCOPE, ObjectIdGetDatum(scope), false);
 	/* Opened as an inserter, the table cannot have changed shape since. */
 	if (direct_insert(queue, false, &tid) != DIRECT_WRITTEN)
 		ereport(ERROR,
@@ -179,7 +177,7 @@ static int64
 insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
 			 text *key, Jsonb *headers, Interval *delay)
 {
-	Oid			scope = idem_current_scope(namespace);
+	Oid			scope = idem_current_scope();
 	DirectTable *queue;
 	int64		id;
 
@@ -352,7 +350,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 			if (!header_nulls[i])
 				check_headers(DatumGetJsonbP(headers[i]));
 	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
-	scope = idem_current_scope(namespace);
+	scope = idem_current_scope();
 
 	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
 	tupdesc = CreateTemplateTupleDesc(1);

@@ -105,7 +105,7 @@ idem_outbox_wait(PG_FUNCTION_ARGS)
 				 errmsg("idem_outbox_wait must run in a READ COMMITTED transaction"),
 				 errdetail("Under REPEATABLE READ or SERIALIZABLE the wait could never see new events."),
 				 errhint("Call it outside an explicit transaction block.")));
-	args[0] = ObjectIdGetDatum(idem_current_scope(namespace));
+	args[0] = ObjectIdGetDatum(idem_current_scope());
 	deadline = GetCurrentTimestamp() + timeout->time;
 
 	/* Prepared before the first probe: a commit after it is not missed. */
@@ -149,7 +149,7 @@ idem_outbox_backlog(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			namespace = idem_function_namespace(fcinfo);
-	Datum		scope = ObjectIdGetDatum(idem_current_scope(namespace));
+	Datum		scope = ObjectIdGetDatum(idem_current_scope());
 	uint64		i;
 
 	InitMaterializedSRF(fcinfo, 0);

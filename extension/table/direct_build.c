@@ -74,15 +74,7 @@ map_columns(DirectTable *dt, TupleDesc desc)
 			if (!att->attisdropped && strcmp(NameStr(att->attname), dt->columns[c].name) == 0)
 				found = att;
 		}
-		if (found == NULL && dt->columns[c].optional)
-		{
-			dt->attnum[c] = 0;
-			continue;
-		}
-		if (found == NULL ||
-			(found->atttypid != dt->columns[c].type &&
-			 (!OidIsValid(dt->columns[c].earlier_type) ||
-			  found->atttypid != dt->columns[c].earlier_type)))
+		if (found == NULL || found->atttypid != dt->columns[c].type)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("pg_idem table %s has an unexpected shape", dt->relname),
@@ -290,8 +282,6 @@ holds_declared_rows(DirectTable *dt, const DirectIndex *def, Relation index)
 		Form_pg_attribute att;
 		Var		   *var;
 
-		if (attnum == 0)
-			return false;
 		att = TupleDescAttr(dt->desc, attnum - 1);
 		/* varno 1: the table, as in the stored predicate. */
 		var = makeVar(1, attnum, att->atttypid, att->atttypmod, att->attcollation, 0);
@@ -365,8 +355,7 @@ resolve_scan_indexes(DirectTable *dt)
 			index->rd_index->indnkeyatts != def->nkeys)
 			continue;
 		for (k = 0; k < def->nkeys; k++)
-			if (dt->attnum[def->keys[k]] == 0 ||
-				index->rd_index->indkey.values[k] != dt->attnum[def->keys[k]] ||
+			if (index->rd_index->indkey.values[k] != dt->attnum[def->keys[k]] ||
 				(index->rd_indoption[k] & INDOPTION_DESC) != 0)
 				break;
 		if (k < def->nkeys || !holds_declared_rows(dt, def, index))

@@ -51,7 +51,7 @@ struct DirectTable
 	Oid			relid;
 	Oid			indexid;		/* the primary key */
 	Oid			owner;
-	AttrNumber	attnum[DIRECT_MAX_COLUMNS]; /* 0: absent */
+	AttrNumber	attnum[DIRECT_MAX_COLUMNS];	/* of the declared columns */
 	MemoryContext context;
 	TupleDesc	desc;			/* a copy of the table's, defaults included */
 	EState	   *estate;

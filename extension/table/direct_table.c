@@ -56,8 +56,9 @@
 #include "postgres.h"
 
 #include "core/compat.h"
-#include "table/direct_table.h"
+#include "core/schema.h"
 #include "core/scope.h"
+#include "table/direct_table.h"
 
 #include "table/direct_build.h"
 
@@ -290,7 +291,10 @@ direct_open(DirectTableDef *def, Oid namespace, DirectAccess access)
 	if (dt->built && !dt->stale && dt->namespace == namespace)
 		rel = try_table_open(dt->relid, lockmode);
 	if (rel == NULL)
+	{
+		idem_require_served_schema(namespace);
 		rel = table_open(lookup_table(dt, namespace), lockmode);
+	}
 
 	/* As the owner from here on: the kept expressions are built as the owner too. */
 	GetUserIdAndSecContext(&dt->save_userid, &dt->save_sec_context);
@@ -439,7 +443,7 @@ direct_key_attnum(DirectTable *dt, int key_column)
 	return dt->rri->ri_IndexRelationDescs[dt->pk_index]->rd_index->indkey.values[key_column];
 }
 
-/* The attribute number of a declared column (0: absent). */
+/* The attribute number of a declared column. */
 AttrNumber
 direct_attnum(DirectTable *dt, int column)
 {
@@ -458,15 +462,6 @@ Oid
 direct_namespace(DirectTable *dt)
 {
 	return dt->namespace;
-}
-
-/* The type a declared column has in this table (InvalidOid: absent). */
-Oid
-direct_column_type(DirectTable *dt, int column)
-{
-	AttrNumber	attnum = direct_attnum(dt, column);
-
-	return attnum > 0 ? TupleDescAttr(dt->desc, attnum - 1)->atttypid : InvalidOid;
 }
 
 /*
@@ -524,8 +519,8 @@ direct_use_snapshot(DirectTable *dt, bool fresh)
 /*
  * The next matching row, copied into the caller's memory with its place
  * in t_self; NULL after the last.  A row older than a column added since
- * (scope, by the 0.3.0 upgrade) is expanded with the column's default, as
- * a slot would show it.
+ * (by ALTER TABLE ... ADD COLUMN in an upgrade) is expanded with the
+ * column's default, as a slot would show it.
  */
 HeapTuple
 direct_scan_next(DirectTable *dt)

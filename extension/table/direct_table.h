@@ -24,13 +24,14 @@ typedef enum DirectAccess
 	DIRECT_INSERT				/* an INSERT's lock, from the start */
 } DirectAccess;
 
-/* A column the module that owns the table reads or writes. */
+/*
+ * A column the module that owns the table reads or writes, with its type
+ * in the tables of every version the library serves (core/schema.c).
+ */
 typedef struct DirectColumn
 {
 	const char *name;
 	Oid			type;
-	bool		optional;		/* absent from schemas before the version adding it */
-	Oid			earlier_type;	/* also accepted: its type before a version changed it */
 } DirectColumn;
 
 /*
@@ -128,10 +129,9 @@ extern DirectWrite direct_delete(DirectTable *table, ItemPointer tid);
 extern HeapTuple direct_lock(DirectTable *table, ItemPointer tid, bool skip_locked);
 
 /* What a call may ask of its open table. */
-extern AttrNumber direct_attnum(DirectTable *table, int column);	/* 0: absent */
+extern AttrNumber direct_attnum(DirectTable *table, int column);
 extern int	direct_natts(DirectTable *table);
 extern AttrNumber direct_key_attnum(DirectTable *table, int key_column);
 extern Oid	direct_namespace(DirectTable *table);
-extern Oid	direct_column_type(DirectTable *table, int column);	/* InvalidOid: absent */
 
 #endif							/* IDEM_TABLE_DIRECT_TABLE_H */

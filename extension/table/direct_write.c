@@ -63,14 +63,12 @@ direct_new_row(DirectTable *dt, HeapTuple old)
 	return slot;
 }
 
-/* Set a declared column of the row being written (absent ones: ignored). */
+/* Set a declared column of the row being written. */
 void
 direct_set(DirectTable *dt, int column, Datum value, bool isnull)
 {
 	AttrNumber	attnum = dt->attnum[column];
 
-	if (attnum == 0)
-		return;
 	dt->new_slot->tts_values[attnum - 1] = value;
 	dt->new_slot->tts_isnull[attnum - 1] = isnull;
 	dt->assigned[attnum - 1] = true;

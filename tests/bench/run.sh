@@ -17,7 +17,8 @@
 #             columns and primary key only: no CHECKs, no trigger,
 #             fillfactor 70), the base of issue 13's targets
 #   floor     a bare INSERT of the pending row and a bare UPDATE by key
-#   cte       the claim CTE of seeds/004 sent as client SQL, owner-scoped UPDATE
+#   cte       the claim CTE of a service's hand-written design (the seed pg_idem
+#             replaces) sent as client SQL, owner-scoped UPDATE
 #   plpgsql   pg_idem's protocol written as PL/pgSQL functions
 #   pg_idem   idem_claim / idem_finalize (and idem_begin, idem_renew, ...)
 #

@@ -12,11 +12,25 @@ status is the number of failed checks.
   includes   no circle of #includes between the extension's files
   calls      no circle of calls between the extension's .c files (file A
              calls a function of file B and B one of A's)
+  layers     the extension's folders, by what their files include and
+             call: core/ depends on no other folder, no circle between
+             folders, and module.c (_PG_init, the only file above the
+             folders) is included and called by none
   names      no outcome, state, status, event, problem, profile or series
              name of protocol.toml written as a string literal outside the
              generated files: the extension and the clients use the
              generated names (a short list of coincidences is allowed)
-  functions  no function of the extension or the clients over 150 lines
+  functions  no function of the extension's C, the clients' C++, Python
+             and JavaScript or the generators over 150 lines
+  paths      no file of the repository names a repository path that does
+             not exist, nor a file kept outside the repository (the style
+             guide, scenario list and seeds shared beside it): a test
+             states its scenario itself
+  filemap    docs/design.md's maps of extension/ and tests/ name only what
+             exists, and every C file of extension/
+  self-test  layers, names and functions fail on the faults they are for
+             (a _PG_init in core/, a protocol name as a literal, a
+             function over the limit)
   exports    (with --so) the library exports only idem_* symbols and the
              two PostgreSQL looks up
 """
@@ -29,6 +43,7 @@ import sys
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 EXT = os.path.join(ROOT, "extension")
 MAX_LINES = 800
+MAX_FUNCTION_LINES = 150
 
 results = []
 
@@ -125,17 +140,22 @@ def find_cycle(graph):
     return None
 
 
-def check_includes():
+def include_graph():
+    """{file: the extension's headers it includes}, paths from the root."""
     graph = {}
     for f in c_files():
         with open(f, encoding="utf-8") as fh:
             incs = re.findall(r'^#include "([a-z_]+/[a-z_]+\.h)"', fh.read(), re.M)
         graph[rel(f)] = {"extension/" + i for i in incs if os.path.exists(os.path.join(EXT, i))}
-    cycle = find_cycle(graph)
+    return graph
+
+
+def check_includes():
+    cycle = find_cycle(include_graph())
     report("includes", ["circle: " + " -> ".join(cycle)] if cycle else [])
 
 
-def check_calls():
+def call_graph():
     """File-level call graph from function definitions and calls."""
     defined = {}
     bodies = {}
@@ -158,8 +178,47 @@ def check_calls():
             g = defined.get(name)
             if g and g != f:
                 graph[f].add(g)
-    cycle = find_cycle(graph)
+    return graph
+
+
+def check_calls():
+    cycle = find_cycle(call_graph())
     report("calls", ["circle: " + " -> ".join(cycle)] if cycle else [])
+
+
+def folder_of(path):
+    """extension/keys/claim.c -> keys; extension/module.c -> '' (the top)."""
+    parts = path.split("/")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def layer_problems(includes, calls, sources):
+    """What is wrong with the folders of the extension, given its include
+    and call graphs ({file: files}) and its C files."""
+    bad = []
+    folders = {}
+    for graph, how in ((includes, "includes"), (calls, "calls")):
+        for f, targets in graph.items():
+            for t in targets:
+                a, b = folder_of(f), folder_of(t)
+                if b == "":
+                    bad.append("%s %s %s: nothing depends on the module's init" % (f, how, t))
+                elif a == "core" and b != "core":
+                    bad.append("%s %s %s: core/ depends on no other folder" % (f, how, t))
+                if a and b and a != b:
+                    folders.setdefault(a, set()).add(b)
+                    folders.setdefault(b, set())
+    tops = sorted(f for f in sources if folder_of(f) == "")
+    if tops != ["extension/module.c"]:
+        bad.append("files above the folders: %s (only extension/module.c)" % ", ".join(tops))
+    cycle = find_cycle(folders)
+    if cycle:
+        bad.append("circle of folders: " + " -> ".join(cycle))
+    return bad
+
+
+def check_layers():
+    report("layers", layer_problems(include_graph(), call_graph(), [rel(f) for f in c_files()]))
 
 
 def check_exports(so):
@@ -170,6 +229,139 @@ def check_exports(so):
         if not re.match(r"^(idem_\w+|pg_finfo_idem_\w+|Pg_magic_func|_PG_init)$", sym):
             bad.append(sym)
     report("exports", ["%d symbols without the idem_ prefix: %s" % (len(bad), " ".join(bad[:15]))] if bad else [])
+
+
+# Where a path may be named that is not the repository's: the frozen
+# release scripts (their headers name the build of their day), and build
+# output.
+PATHS_SKIP_DIRS = ("extension/releases/",)
+WALK_SKIP = ("node_modules", "build", "__pycache__", ".git", "results", "output_iso", "tmp_check", "log")
+PATH_EXTENSIONS = {"c", "h", "cpp", "hpp", "py", "js", "pl", "pm", "sh", "sql", "spec", "out", "md", "toml",
+                   "json", "txt", "conf", "control", "map", "cmake", "yml", "yaml", "mjs", "ts", "in"}
+# Files every developer has beside the repository, never in it: a tracked
+# file that cites one cites something a reader of the repository lacks.
+SHARED_FILES = re.compile(r"\b(?:STYLE|SCENARIOS)(?:\.md\b|\s+#?\d)|\bseeds/\d+|\.\./shared/")
+
+
+def repository_files():
+    """The tracked files (git ls-files), or every file of a copy without .git."""
+    if os.path.exists(os.path.join(ROOT, ".git")):
+        out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True, text=True, check=True)
+        return [f for f in out.stdout.split("\0") if f]
+    found = []
+    for d, dirs, names in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if x not in WALK_SKIP]
+        found += [rel(os.path.join(d, n)) for n in names]
+    return found
+
+
+def check_paths():
+    """Paths that start with a top folder of the repository and name a file
+    of a kind the repository holds (or end with '/'): each must exist,
+    from the root or from the naming file's folder.  Globs, templates and
+    placeholders (NN_name.sql, foo.sql) are not paths."""
+    bad = []
+    names = repository_files()
+    tops = sorted({n.split("/")[0] for n in names if "/" in n and not n.startswith(".git/")})
+    pattern = re.compile(r"(?<![\w./-])((?:\.\./)*(?:%s)/[\w.+-]*(?:/[\w.+-]+)*/?)" % "|".join(map(re.escape, tops)))
+    for name in names:
+        if name.startswith(PATHS_SKIP_DIRS):
+            continue
+        try:
+            with open(os.path.join(ROOT, name), encoding="utf-8") as fh:
+                text = fh.read()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        for m in SHARED_FILES.finditer(text):
+            bad.append("%s:%d names %r, which is not in the repository"
+                       % (name, text.count("\n", 0, m.start()) + 1, m.group(0).strip()))
+        for m in pattern.finditer(text):
+            path = m.group(1).rstrip(".,:;")
+            after = text[m.end():m.end() + 1]
+            if after and after in "*<${[%…":
+                continue
+            parts = path.rstrip("/").split("/")
+            if any(re.search(r"NN|NAME|XXXX|^foo\b", p) for p in parts):
+                continue
+            if not path.endswith("/") and parts[-1].rsplit(".", 1)[-1] not in PATH_EXTENSIONS:
+                continue
+            if "." not in parts[-1] and not path.endswith("/"):
+                continue
+            here = os.path.dirname(os.path.join(ROOT, name))
+            if not (os.path.exists(os.path.join(ROOT, path)) or os.path.exists(os.path.join(here, path))):
+                bad.append("%s:%d names %s, which does not exist"
+                           % (name, text.count("\n", 0, m.start()) + 1, path))
+    report("paths", bad)
+
+
+def design_map(heading):
+    """The names of the text block under a heading of docs/design.md, as
+    paths from the folder the heading names: a line at the left is a
+    folder (name/) or a file; a line indented by two spaces lists files of
+    the folder above (a, b.c/.h: b.c and b.h); deeper lines continue a
+    description."""
+    with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    m = re.search(r"^### %s\n.*?^```text\n(.*?)^```" % re.escape(heading), text, re.M | re.S)
+    if not m:
+        return None
+    paths, folder = [], ""
+    for line in m.group(1).splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip() or indent > 2:
+            continue
+        for name in re.split(r"\s{2,}", line.strip())[0].split(", "):
+            if indent == 0:
+                folder = name if name.endswith("/") else ""
+                paths.append(name)
+            elif name.endswith(".c/.h"):
+                paths += [folder + name[:-3], folder + name[:-4] + "h"]
+            else:
+                paths.append(folder + name)
+    return paths
+
+
+def check_filemap():
+    bad = []
+    for top in ("extension/", "tests/"):
+        names = design_map(top)
+        if names is None:
+            bad.append("docs/design.md has no ### %s map" % top)
+            continue
+        for name in names:
+            if not os.path.exists(os.path.join(ROOT, top, name)):
+                bad.append("the %s map names %s, which does not exist" % (top, top + name))
+        if top == "extension/":
+            named = {top + n for n in names}
+            for f in c_files() + [os.path.join(EXT, "module.c")]:
+                if rel(f) not in named:
+                    bad.append("%s is not in the extension/ map" % rel(f))
+    report("filemap", sorted(set(bad)))
+
+
+def check_self_test():
+    """Each check above fails on the fault it is there for (the old seams
+    among them), and passes without it."""
+    bad = []
+    top = ["extension/module.c", "extension/core/stats.c", "extension/inbox/inbox_cap.c"]
+    in_core = "extension/core/" + "module.c"    # where 0.5.0 had it
+    seam = layer_problems({in_core: {"extension/inbox/inbox.h"},
+                           "extension/inbox/inbox_cap.c": {"extension/core/stats.h"}}, {},
+                          [in_core, "extension/core/stats.c", "extension/inbox/inbox_cap.c"])
+    if not any("core/ depends on no other folder" in p for p in seam) or \
+            not any("circle of folders" in p for p in seam) or \
+            not any("files above the folders" in p for p in seam):
+        bad.append("layers misses _PG_init in core/: %s" % seam)
+    if layer_problems({"extension/module.c": {"extension/inbox/inbox.h"},
+                       "extension/inbox/inbox_cap.c": {"extension/core/stats.h"}}, {}, top):
+        bad.append("layers refuses module.c above the folders")
+    if not layer_problems({}, {"extension/core/statements.c": {"extension/keys/claim.c"}}, top):
+        bad.append("layers misses a call from core/ into a part")
+    bad += functions_self_test()
+    bad += names_self_test()
+    if find_cycle({"a": {"b"}, "b": {"a"}}) is None or find_cycle({"a": {"b"}, "b": set()}):
+        bad.append("find_cycle")
+    report("self-test", bad)
 
 
 # ---- one description of each rule: no protocol name written by hand ----------
@@ -268,9 +460,6 @@ def check_names():
 
 # ---- functions that say what they decide -------------------------------------
 
-MAX_FUNCTION_LINES = 150
-# Split by another branch of issue 34 (the house-ext engineer's part).
-FUNCTION_PENDING = {("extension/attempts/attempts_open.c", "idem_attempt_open")}
 
 
 def function_lengths(text, ext):
@@ -329,14 +518,54 @@ def check_functions():
     report("functions", bad)
 
 
+def functions_self_test():
+    """A function one line over the limit is refused, one at it is not, in each language."""
+    bad = []
+    bodies = {".c": "static int\nf(void)\n{\n%s}\n", ".cpp": "int engine::f(call &c) const\n{\n%s}\n",
+              ".py": "def f():\n%s", ".js": "function f() {\n%s}\n"}
+    lines = {".c": "\tx++;\n", ".cpp": "    x++;\n", ".py": "    x += 1\n", ".js": "  x += 1;\n"}
+    # The body lines that make a function of MAX_FUNCTION_LINES: the
+    # signature and the braces count.
+    frame = {".c": 3, ".cpp": 3, ".py": 1, ".js": 2}
+    for ext, body in bodies.items():
+        at = body % (lines[ext] * (MAX_FUNCTION_LINES - frame[ext]))
+        over = body % (lines[ext] * (MAX_FUNCTION_LINES - frame[ext] + 1))
+        if not any(n > MAX_FUNCTION_LINES for _, _, n in function_lengths(over, ext)):
+            bad.append("functions misses a %s function of %d lines" % (ext, MAX_FUNCTION_LINES + 1))
+        if any(n > MAX_FUNCTION_LINES for _, _, n in function_lengths(at, ext)):
+            bad.append("functions refuses a %s function of %d lines" % (ext, MAX_FUNCTION_LINES))
+    return bad
+
+
+def names_self_test():
+    """A name as a literal is found in code and in an SQL text, not in a comment or a docstring."""
+    found = lambda text, ext: [v for _, v in literals(text, ext)]  # noqa: E731
+    bad = []
+    if "pending" not in found('x = "pending"; // "dead"\n', ".c"):
+        bad.append("names misses a C literal")
+    if "dead" in found('x = 1; // "dead"\n', ".c"):
+        bad.append("names reads a C comment")
+    if not any("'expired'" in v for v in found('q = "SET state = \'expired\'"\n', ".py")):
+        bad.append("names misses an SQL literal in a Python string")
+    if found('"""A docstring "pending"."""\n', ".py"):
+        bad.append("names reads a Python docstring")
+    if "replay" not in found("const re = /^[a-z']+$/; f('replay');\n", ".js"):
+        bad.append("names misses a JavaScript literal after a regular expression")
+    return bad
+
+
 def main():
     check_protocol()
     check_sizes()
     check_guards()
     check_includes()
     check_calls()
+    check_layers()
     check_names()
     check_functions()
+    check_paths()
+    check_filemap()
+    check_self_test()
     if "--so" in sys.argv:
         check_exports(sys.argv[sys.argv.index("--so") + 1])
     return results.count(False)

@@ -1,4 +1,4 @@
-# Crash recovery of claims (SCENARIOS #21, #22).
+# Crash recovery of claims: an immediate stop and a killed backend.
 #
 # Claims are rows in a WAL-logged table, so a crash keeps exactly what was
 # committed: committed claims come back with their leases and responses,

@@ -1,4 +1,6 @@
-# A mixed pgbench storm over a few keys (SCENARIOS #24, #7-#10, #15, #16).
+# A mixed pgbench storm over a few keys: claims, steals, renews,
+# finalizes and cleanups racing; afterwards one row per key, no completed
+# row written by a non-owner, generations never back, amcheck clean.
 #
 # Eight clients claim, steal (leases of a few milliseconds, handlers that
 # sleep past them), renew, finalize, fail, release, abandon and clean up 50

@@ -1,4 +1,6 @@
-# Inbox and outbox across crashes (issue 6; SCENARIOS #18, #20).
+# Inbox and outbox across crashes (issue 6): the retry cap holds when a
+# consumer crashes at it, and a drainer killed mid-batch gets its rows back
+# after the lease while its late ack changes nothing.
 #
 # A consumer killed at the cap: its backend records the failed attempt on
 # the way out (before it releases the message), so the message is dead and

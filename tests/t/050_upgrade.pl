@@ -1,7 +1,17 @@
-# Upgrades: install every released version, put rows in its state tables,
-# walk ALTER EXTENSION pg_idem UPDATE to the current version, and check that
-# the rows survive and keep working, and that the upgraded catalog is the
-# one a fresh install creates.
+# Upgrades: for every version an upgrade starts from (the ones the package
+# installs: extension/releases/ holds the oldest one's install script and
+# each step's upgrade script, docs/design.md says which), put rows in its
+# state tables, walk ALTER EXTENSION pg_idem UPDATE to the current version,
+# and check that the rows survive and keep working, and that the upgraded
+# catalog is the one a fresh install creates.
+#
+# The rows of the previous release are written by this library, which
+# serves its tables until the update (core/schema.c); older tables are
+# refused with 55000 until the update, so their rows are written as their
+# own library wrote them, by INSERT: keys in each state, of a role that
+# still exists, of a role dropped before the update (whose name a new role
+# then takes), of the shared scope ('', a row from before 0.3.0 that an
+# upgrade kept), and a pending outbox event.
 use strict;
 use warnings;
 
@@ -17,9 +27,11 @@ $node->start;
 my $current = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem'");
 my @versions = split /\n/, $node->safe_psql('postgres',
-	"SELECT version FROM pg_available_extension_versions WHERE name = 'pg_idem' ORDER BY version");
+	"SELECT version FROM pg_available_extension_versions WHERE name = 'pg_idem'
+	  ORDER BY string_to_array(version, '.')::int[]");
 my @old = grep { $_ ne $current } @versions;
-ok(scalar(@old) >= 1, "there are released versions before $current: @old");
+my $previous = $old[-1];
+ok(scalar(@old) >= 2, "versions an upgrade starts from: @old (the previous release: $previous)");
 
 # Everything a fresh install and an upgrade must agree on, one line per object.
 my $catalog_query = q{
@@ -73,10 +85,14 @@ foreach my $version (@old)
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, "CREATE EXTENSION pg_idem VERSION '$version'");
 
-	# State in every shape: completed, pending, failed, and a pending claim
-	# whose lease already ran out.
-	$node->safe_psql(
-		$db, q{
+	my $role_prefix = $db;
+	my $generations_before;
+	if ($version eq $previous)
+	{
+		# State in every shape, by this library's calls: completed,
+		# pending, failed, and a pending claim whose lease already ran out.
+		$node->safe_psql(
+			$db, q{
 SELECT idem_finalize(idem_key('u', 'POST', '/up', 'done'), claim_id, 201,
                      '{"content-type": "text/plain"}', 'kept across the upgrade')
   FROM idem_claim(idem_key('u', 'POST', '/up', 'done'), sha256('body'));
@@ -85,40 +101,52 @@ SELECT idem_fail(idem_key('u', 'POST', '/up', 'failed'), claim_id, '1 hour')
   FROM idem_claim(idem_key('u', 'POST', '/up', 'failed'), sha256('body'));
 SELECT idem_claim(idem_key('u', 'POST', '/up', 'abandoned'), sha256('body'), '1 millisecond');
 });
-	my $generations_before = $node->safe_psql($db,
-		'SELECT max(generation) FROM idem_keys');
-
-	# Scopes by role name (0.3.0 and 0.4.0): a key of a role that still
-	# exists, one of a role dropped before the update (whose name a new
-	# role then takes), and a grant on the idem_outbox view, which the
-	# update re-creates.
-	my $named_scopes = $node->safe_psql($db,
-		"SELECT count(*) FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
-		    AND attname = 'scope' AND atttypid = 'text'::regtype");
-	# Scopes by role OID already (0.5.0 on): the rows keep the scope they have.
-	my $oid_scopes = $node->safe_psql($db,
-		"SELECT count(*) FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
-		    AND attname = 'scope' AND atttypid = 'regrole'::regtype");
-	my $role_prefix = $db;
-	if ($named_scopes)
+		$generations_before = $node->safe_psql($db, 'SELECT max(generation) FROM idem_keys');
+		is( $node->safe_psql($db,
+				"SELECT count(*) FROM pg_attribute WHERE attrelid = 'idem_keys'::regclass
+				    AND attname = 'scope' AND atttypid = 'regrole'::regtype"),
+			'1', "$version: the previous release keeps scopes as role OIDs");
+	}
+	else
 	{
+		# This library refuses the tables until the update, saying why.
+		my ($rc, $out, $err) = $node->psql($db,
+			"SELECT * FROM idem_claim(idem_key('u', 'POST', '/up', 'done'), sha256('body'))");
+		like($err, qr/ERROR:  pg_idem's tables need ALTER EXTENSION pg_idem UPDATE\n.*this database has pg_idem \Q$version\E\.\nHINT:  Run ALTER EXTENSION pg_idem UPDATE in this database\./s,
+			"$version: older than $previous: refused until the update");
+
+		# The same state as the version's library wrote it, scopes by role
+		# name: the superuser's keys, a role's that exists, a dropped role's
+		# (whose name a new role takes after the update), a shared key, and
+		# a grant on the idem_outbox view, which the update re-creates.
 		$node->safe_psql(
 			$db, qq{
 CREATE ROLE ${role_prefix}_live;
 CREATE ROLE ${role_prefix}_gone;
 GRANT idem_client TO ${role_prefix}_live, ${role_prefix}_gone;
 GRANT SELECT (state, created_at) ON idem_outbox TO ${role_prefix}_live;
-SET ROLE ${role_prefix}_live;
-SELECT idem_finalize(idem_key('u', 'POST', '/up', 'role'), claim_id, 201, NULL, 'live''s')
-  FROM idem_claim(idem_key('u', 'POST', '/up', 'role'), sha256('body'));
-RESET ROLE;
-SET ROLE ${role_prefix}_gone;
-SELECT idem_finalize(idem_key('u', 'POST', '/up', 'role'), claim_id, 201, NULL, 'gone''s')
-  FROM idem_claim(idem_key('u', 'POST', '/up', 'role'), sha256('body'));
-RESET ROLE;
+INSERT INTO idem_keys (cache_key, scope, state, request_hash, claim_id, generation,
+                       lease_expires_at, finished_at, response_status, response_headers, response_body)
+SELECT idem_key('u', 'POST', '/up', k.name), k.scope, k.state, sha256('body'), gen_random_uuid(),
+       nextval('idem_generation_seq'), clock_timestamp() + k.lease,
+       CASE WHEN k.state <> 'pending' THEN clock_timestamp() END,
+       k.status, k.headers, convert_to(k.body, 'UTF8')
+  FROM (VALUES
+    ('done', current_user::text, 'completed', NULL::interval, 201, '{"content-type": "text/plain"}'::jsonb,
+     'kept across the upgrade'),
+    ('live', current_user, 'pending', '1 hour', NULL, NULL, NULL),
+    ('failed', current_user, 'failed', '1 hour', NULL, NULL, NULL),
+    ('abandoned', current_user, 'pending', '-1 second', NULL, NULL, NULL),
+    ('role', '${role_prefix}_live', 'completed', NULL, 201, NULL, 'live''s'),
+    ('role', '${role_prefix}_gone', 'completed', NULL, 201, NULL, 'gone''s'),
+    ('shared', '', 'completed', NULL, 201, NULL, 'shared')
+  ) AS k(name, scope, state, lease, status, headers, body);
+INSERT INTO idem_outbox_queue (topic, payload, available_at, scope)
+VALUES ('upgrade.before', '{"staged": "before"}', clock_timestamp(), current_user);
 REVOKE idem_client FROM ${role_prefix}_gone;
 DROP ROLE ${role_prefix}_gone;
 });
+		$generations_before = $node->safe_psql($db, 'SELECT max(generation) FROM idem_keys');
 	}
 
 	$node->safe_psql($db, 'ALTER EXTENSION pg_idem UPDATE');
@@ -147,7 +175,7 @@ DROP ROLE ${role_prefix}_gone;
 		'recovered_abandoned true',
 		"$version: an abandoned claim is recovered with a higher generation");
 
-	if ($named_scopes)
+	if ($version ne $previous)
 	{
 		is( $node->safe_psql(
 				$db, qq{
@@ -175,27 +203,34 @@ SELECT outcome FROM idem_lookup(idem_key('u', 'POST', '/up', 'role'), sha256('bo
 			"$version: the dropped role's key is in the no-role scope (OID 1)");
 		is( $node->safe_psql(
 				$db,
-				"SELECT count(*) FROM idem_keys WHERE scope = 0"),
-			'0', "$version: no named row became shared");
+				"SELECT string_agg(convert_from(response_body, 'UTF8'), ',') FROM idem_keys WHERE scope = 0"),
+			'shared', "$version: the shared key ('') is in the shared scope (0), and no named one");
+		is( $node->safe_psql(
+				$db, qq{
+SET ROLE ${role_prefix}_live;
+SELECT outcome || ' ' || convert_from(response_body, 'UTF8')
+  FROM idem_claim(idem_key('u', 'POST', '/up', 'shared'), sha256('body'));
+}),
+			'replay shared', "$version: any role replays the shared key");
 		is( $node->safe_psql(
 				$db,
 				"SELECT has_column_privilege('${role_prefix}_live', 'idem_outbox', 'state', 'SELECT')
 				        AND NOT has_column_privilege('${role_prefix}_live', 'idem_outbox', 'payload', 'SELECT')"),
 			't', "$version: the column grant on idem_outbox survived its re-creation");
-	}
-	elsif ($oid_scopes)
-	{
 		is( $node->safe_psql(
-				$db,
-				"SELECT count(*) FILTER (WHERE scope = current_user::regrole) || '/' || count(*) FROM idem_keys"),
-			'4/4', "$version: rows keep their role's scope");
+				$db, q{
+BEGIN;
+SELECT string_agg(topic, ',') FROM idem_outbox_claim(10, '1 minute');
+COMMIT;
+}),
+			'upgrade.before', "$version: an event staged before the upgrade is claimed by its stager's role");
 	}
 	else
 	{
 		is( $node->safe_psql(
 				$db,
-				"SELECT count(*) FILTER (WHERE scope <> 0) || '/' || count(*) FROM idem_keys"),
-			'0/4', "$version: rows from before scopes are in the shared scope (0)");
+				"SELECT count(*) FILTER (WHERE scope = current_user::regrole) || '/' || count(*) FROM idem_keys"),
+			'4/4', "$version: rows keep their role's scope");
 	}
 
 	# What the new version added works on the upgraded database.
@@ -215,6 +250,18 @@ SELECT count(*) FROM idem_outbox_claim(10, '1 minute');
 	is($upgraded_catalog, $fresh_catalog,
 		"$version: the upgraded catalog equals a fresh install of $current");
 }
+
+# A version older than the oldest an upgrade starts from has no update
+# path in this package: ALTER EXTENSION UPDATE says so and changes nothing
+# (docs/guides/upgrading.md: such a database steps through the release
+# that still upgrades it).  No such version installs any more: one is
+# stamped by hand.
+$node->safe_psql('postgres', 'CREATE DATABASE unsupported');
+$node->safe_psql('unsupported', q{CREATE EXTENSION pg_idem;
+UPDATE pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_idem'});
+my ($rc, $out, $err) = $node->psql('unsupported', 'ALTER EXTENSION pg_idem UPDATE');
+like($err, qr/ERROR:  extension "pg_idem" has no update path from version "0\.2\.0" to version "\Q$current\E"/,
+	"a version before $old[0]: no update path, said so");
 
 $node->stop;
 done_testing();

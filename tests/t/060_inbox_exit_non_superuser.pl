@@ -1,5 +1,5 @@
-# A consumer that is not a superuser dies mid-attempt (SCENARIOS #18;
-# review finding).
+# A consumer that is not a superuser dies mid-attempt: the retry cap still
+# holds (a review finding).
 #
 # The backend records the orphaned attempt on its way out, outside any
 # function call: it must do so as idem_inbox_begin ran, as the

@@ -7,7 +7,7 @@
 # own calls are schema-qualified and exactly typed, reaches no plant.
 #
 # The list is derived, not hand-picked: the SQL texts are the string
-# literals of extension/*/*.c and the installed install and upgrade scripts;
+# literals of the extension's C and the installed install and upgrade scripts;
 # every identifier followed by "(" and every operator token is looked up
 # in pg_proc / pg_operator of pg_catalog and of the extension's schema, and
 # each match gets
@@ -24,8 +24,8 @@
 # The two kinds are planted in separate databases (an ambiguous equal plant
 # would hide a better one that runs), three of each: plants made before
 # CREATE EXTENSION (the install script), after it (the functions' own
-# statements), and before ALTER EXTENSION UPDATE from 0.2.0 (the upgrade
-# script).  The cleanup worker makes a pass over each kind's "after".
+# statements), and before ALTER EXTENSION UPDATE from the oldest version
+# an upgrade starts from (the upgrade scripts).  The cleanup worker makes a pass over each kind's "after".
 use strict;
 use warnings;
 
@@ -49,15 +49,18 @@ $node->start;
 my $superuser = $node->safe_psql('postgres', 'SELECT current_user');
 
 # --- The SQL texts the extension runs, and the names they refer to.
-my @c_files = glob('extension/*/*.c');
+my @c_files = glob('extension/*.c extension/*/*.c');
 ok(scalar(@c_files) >= 5, 'the C sources are here: ' . scalar(@c_files) . ' files');
 my $sharedir = $node->config_data('--sharedir');
-# The current install script and every upgrade script an upgrade from
-# 0.2.0 runs.
+# The current install script and every upgrade script, which an upgrade
+# from the oldest version runs.
 my $current = $node->safe_psql('postgres',
 	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem'");
+my $oldest = $node->safe_psql('postgres',
+	"SELECT version FROM pg_available_extension_versions WHERE name = 'pg_idem'
+	  ORDER BY string_to_array(version, '.')::int[] LIMIT 1");
 my @scripts = (glob("$sharedir/extension/pg_idem--$current.sql"),
-	grep { !/--0\.1\.0--/ } glob("$sharedir/extension/pg_idem--*--*.sql"));
+	glob("$sharedir/extension/pg_idem--*--*.sql"));
 ok(scalar(@scripts) >= 3, 'the install and upgrade scripts are installed: ' . scalar(@scripts));
 
 my $texts = '';
@@ -133,7 +136,7 @@ for my $db (all_dbs())
 for my $kind (qw(better equal))
 {
 	$node->safe_psql("${kind}_after", "CREATE EXTENSION pg_idem SCHEMA $S");
-	$node->safe_psql("${kind}_upgraded", "CREATE EXTENSION pg_idem SCHEMA $S VERSION '0.2.0'");
+	$node->safe_psql("${kind}_upgraded", "CREATE EXTENSION pg_idem SCHEMA $S VERSION '$oldest'");
 }
 
 # --- The plan: derived in one "after", where the extension's functions exist.
@@ -421,12 +424,12 @@ for my $kind (qw(better equal))
 {
 	run_sql("${kind}_before", $superuser, 'CREATE EXTENSION with plants present',
 		"CREATE EXTENSION pg_idem SCHEMA $S");
-	run_sql("${kind}_upgraded", $superuser, 'ALTER EXTENSION UPDATE from 0.2.0 with plants present',
+	run_sql("${kind}_upgraded", $superuser, "ALTER EXTENSION UPDATE from $oldest with plants present",
 		'ALTER EXTENSION pg_idem UPDATE');
 	like($stderr{"${kind}_before/CREATE EXTENSION with plants present"},
 		qr/WARNING:  schema "idem" is writable by roles that are not superusers\s+DETAIL:  Roles that may create objects in it: attacker\./,
 		"${kind}_before: CREATE EXTENSION warns that the attacker may create in the schema");
-	like($stderr{"${kind}_upgraded/ALTER EXTENSION UPDATE from 0.2.0 with plants present"},
+	like($stderr{"${kind}_upgraded/ALTER EXTENSION UPDATE from $oldest with plants present"},
 		qr/WARNING:  schema "idem" is writable by roles that are not superusers/,
 		"${kind}_upgraded: ALTER EXTENSION UPDATE warns too");
 }

@@ -1,5 +1,6 @@
-# Followers waiting in the server (idem_claim(..., max_wait); issue 14,
-# SCENARIOS #13 and #36).  The isolation tester sees only lock waits, and a
+# Followers waiting in the server (idem_claim(..., max_wait); issue 14):
+# woken only after the winner's commit, and a cancelled or terminated
+# waiter leaves nothing behind.  The isolation tester sees only lock waits, and a
 # waiting follower holds no lock, so these races are driven from here: a
 # follower is started, seen waiting in pg_stat_activity, and then the
 # winner acts.

@@ -1,6 +1,7 @@
 # The inbox's attempt cap on every path a session can take (issue 12,
-# defects 3-5; SCENARIOS #30-32), and the documented limit of a server
-# crash.  Each case uses max_attempts = 1: one failed attempt must make the
+# defects 3-5: a connection lost before the failure's commit, PREPARE
+# TRANSACTION then ROLLBACK PREPARED, DISCARD ALL), and the documented
+# limit of a server crash.  Each case uses max_attempts = 1: one failed attempt must make the
 # message dead, so a second run of the handler is a cap violation.
 #
 # 1. The savepoint protocol's recording (idem_inbox_fail answered dead)

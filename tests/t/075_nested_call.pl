@@ -24,30 +24,30 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = IdemTest::new_node('review13_nested');
+my $node = IdemTest::new_node('nested_call');
 
 $node->safe_psql('postgres', q{
-	CREATE TABLE public.review13_seen (step text, outcome text);
-	CREATE FUNCTION public.review13_audit() RETURNS trigger
+	CREATE TABLE public.nested_lookups_seen (step text, outcome text);
+	CREATE FUNCTION public.lookup_from_trigger() RETURNS trigger
 	LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 	BEGIN
 		BEGIN
-			INSERT INTO public.review13_seen
+			INSERT INTO public.nested_lookups_seen
 			SELECT 'first', outcome FROM public.idem_lookup(NEW.cache_key, public.idem_request_hash('x'));
 		EXCEPTION WHEN others THEN
-			INSERT INTO public.review13_seen VALUES ('first failed', SQLERRM);
+			INSERT INTO public.nested_lookups_seen VALUES ('first failed', SQLERRM);
 		END;
-		INSERT INTO public.review13_seen
+		INSERT INTO public.nested_lookups_seen
 		SELECT 'second', outcome FROM public.idem_lookup(NEW.cache_key, public.idem_request_hash('x'));
 		RETURN NULL;
 	END $$;
-	CREATE TRIGGER review13_audit AFTER INSERT OR UPDATE ON public.idem_keys
-		FOR EACH ROW EXECUTE FUNCTION public.review13_audit();
+	CREATE TRIGGER lookup_from_trigger AFTER INSERT OR UPDATE ON public.idem_keys
+		FOR EACH ROW EXECUTE FUNCTION public.lookup_from_trigger();
 });
 
 my $log_offset = -s $node->logfile;
 my ($rc, $out, $err) = $node->psql('postgres', q{
-	SELECT outcome FROM idem_claim(idem_key('review13', 'POST', '/nested', 'k1'),
+	SELECT outcome FROM idem_claim(idem_key('nested_call', 'POST', '/nested', 'k1'),
 	                               idem_request_hash('x'));
 });
 is($rc, 0, 'a claim whose trigger looks the key up returns') or diag($err);
@@ -63,7 +63,7 @@ if ($crashed)
 	exit 0;
 }
 
-is( $node->safe_psql('postgres', q{SELECT step || ' ' || outcome FROM public.review13_seen ORDER BY 1}),
+is( $node->safe_psql('postgres', q{SELECT step || ' ' || outcome FROM public.nested_lookups_seen ORDER BY 1}),
 	"first in_progress\nsecond in_progress",
 	'both nested lookups answered, as through SPI in 0.3.0');
 

@@ -1,11 +1,11 @@
-# A storm of outbox drainers on the direct path (SCENARIOS #19, #20, #40):
-# one producer stages keyed and keyless events, a maintenance session
-# rebuilds the claim's two indexes (REINDEX CONCURRENTLY) and vacuums the
-# queue, and five drainers claim
-# batches with leases of a few milliseconds, nap for up to longer than the
-# lease, and then ack, nack or abandon what they hold, so that leases run
-# out under them, others take the events over, and late acks and nacks
-# race the new claims.  Every claim, ack and nack is logged with what it
+# A storm of outbox drainers on the direct path (no event held by two,
+# per-key order kept, the owner's maintenance beside them): one producer
+# stages keyed and keyless events, a maintenance session rebuilds the
+# claim's two indexes (REINDEX CONCURRENTLY) and vacuums the queue, and
+# five drainers claim batches with leases of a few milliseconds, nap for
+# up to longer than the lease, and then ack, nack or abandon what they
+# hold, so that leases run out under them, others take the events over,
+# and late acks and nacks race the new claims.  Every claim, ack and nack is logged with what it
 # was told.  Afterwards, and after the rest is drained:
 #   - no claim returned more than its batch;
 #   - no event was handed out twice from one version (each claim of an

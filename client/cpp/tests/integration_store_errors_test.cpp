@@ -1,4 +1,4 @@
-// The store fails after the handler ran (SCENARIOS.md #48): a finalize
+// The store fails after the handler ran: a finalize
 // refused by the server, a prepared-statement clash on the finalize (what a
 // transaction-mode pooler does to named statements), a backend terminated
 // right after the handler. In every mode the handler runs once for the

@@ -1,5 +1,5 @@
 // The C++ runner's one-line setup with its defaults through a pooler
-// (tests/pooling/cpp_storm.sh): DUPLICATES requests with one key at once,
+// (tests/pooling/storm_cpp.sh): DUPLICATES requests with one key at once,
 // a handler of HANDLER_MS.
 //
 //   idem_pooling_storm CONNINFO lease|fenced DUPLICATES HANDLER_MS

@@ -120,14 +120,20 @@ test.describe('production defaults', { skip }, () => {
     const bare = new pg.Pool({ ...options, database: db, max: 1 });
     try {
       await assert.rejects(new Runner(bare, { logger: false }).ready(), /not installed in this database .*; fix: CREATE EXTENSION pg_idem/);
-      // The protocol's oldest extension serves a run; the one before is refused.
+      // The protocol's oldest extension passes the check, and the previous
+      // release (whose tables this server's library serves until ALTER
+      // EXTENSION UPDATE) serves a run; a version before the oldest is
+      // refused (the package installs none: one is stamped by hand).
       await bare.query(`CREATE EXTENSION pg_idem VERSION '${idem.OLDEST_EXTENSION}'`);
-      const oldest = new Runner(bare, { logger: false });
+      assert.equal((await new Runner(bare, { logger: false }).ready()).version, idem.OLDEST_EXTENSION);
+      await bare.query("DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem VERSION '0.5.0'");
+      const previous = new Runner(bare, { logger: false });
       const k = crypto.randomUUID();
-      assert.equal((await oldest.run(req(k), created)).outcome, 'won_completed');
-      assert.ok((await oldest.run(req(k), created)).replayed);
-      await bare.query("DROP EXTENSION pg_idem; CREATE EXTENSION pg_idem VERSION '0.2.0'");
-      await assert.rejects(new Runner(bare, { logger: false }).ready(), /pg_idem is version 0.2.0, older than 0.3.0/);
+      assert.equal((await previous.run(req(k), created)).outcome, 'won_completed');
+      assert.ok((await previous.run(req(k), created)).replayed);
+      await bare.query("UPDATE pg_catalog.pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_idem'");
+      await assert.rejects(new Runner(bare, { logger: false }).ready(),
+        new RegExp(`pg_idem is version 0\\.2\\.0, older than ${idem.OLDEST_EXTENSION.replace(/\./g, '\\.')}`));
     } finally {
       await bare.end();
       await dropDatabase(db);

@@ -1,5 +1,5 @@
 'use strict';
-// The store fails after the handler ran (SCENARIOS.md #48), against the real
+// The store fails after the handler ran, against the real
 // server: a finalize the server refuses (an AFTER UPDATE trigger that
 // refuses to complete one key) and a backend terminated right after the
 // handler. In every mode the handler runs once for the key: the runner

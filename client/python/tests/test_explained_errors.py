@@ -7,12 +7,13 @@ logger and handed to on_error; never a silent 503."""
 import asyncio
 import datetime
 import logging
+import re
 import uuid
 
 import psycopg
 import pytest
 
-from pg_idem import Config, Request, Response, Runner, StoreMisconfigured
+from pg_idem import Config, Request, Response, Runner, StoreMisconfigured, protocol
 from pg_idem.aio import AsyncRunner
 
 DB = "idem_py_explain"
@@ -107,18 +108,26 @@ def test_an_extension_older_than_the_client_is_refused(dsn):
         c.execute("DROP DATABASE IF EXISTS idem_py_old WITH (FORCE)")
         c.execute("CREATE DATABASE idem_py_old")
     try:
-        # The protocol's oldest (0.3.0) serves a run; the one before is refused.
+        # The protocol's oldest passes the check, and the previous release
+        # (whose tables this server's library serves until ALTER EXTENSION
+        # UPDATE) serves a run; a version before the oldest is refused (the
+        # package installs none: one is stamped by hand).
         with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
-            c.execute("CREATE EXTENSION pg_idem VERSION '0.3.0'")
-        oldest = Runner(base + " dbname=idem_py_old")
-        oldest.check()
-        req = Request("alice", "POST", "/old", [str(uuid.uuid4())], b"{}")
-        assert oldest.run(req, lambda claim: Response(201, [], b"ok")).outcome == "won_completed"
-        assert oldest.run(req, lambda claim: Response(500, [], b"no")).replayed
+            c.execute("CREATE EXTENSION pg_idem VERSION '%s'" % protocol.OLDEST_EXTENSION)
+        Runner(base + " dbname=idem_py_old").check()
         with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
             c.execute("DROP EXTENSION pg_idem")
-            c.execute("CREATE EXTENSION pg_idem VERSION '0.2.0'")
-        with pytest.raises(StoreMisconfigured, match=r"version 0.2.0; this client needs 0.3.0 .*ALTER EXTENSION"):
+            c.execute("CREATE EXTENSION pg_idem VERSION '0.5.0'")
+        previous = Runner(base + " dbname=idem_py_old")
+        previous.check()
+        req = Request("alice", "POST", "/old", [str(uuid.uuid4())], b"{}")
+        assert previous.run(req, lambda claim: Response(201, [], b"ok")).outcome == "won_completed"
+        assert previous.run(req, lambda claim: Response(500, [], b"no")).replayed
+        with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
+            c.execute("UPDATE pg_catalog.pg_extension SET extversion = '0.2.0' WHERE extname = 'pg_idem'")
+        with pytest.raises(StoreMisconfigured,
+                           match=r"version 0\.2\.0; this client needs %s .*ALTER EXTENSION"
+                           % re.escape(protocol.OLDEST_EXTENSION)):
             Runner(base + " dbname=idem_py_old").check()
         with psycopg.connect(base + " dbname=idem_py_old", autocommit=True) as c:
             c.execute("DROP EXTENSION pg_idem")

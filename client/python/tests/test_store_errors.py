@@ -1,4 +1,4 @@
-"""The store fails after the handler ran (SCENARIOS.md #48), against the real
+"""The store fails after the handler ran, against the real
 server: a finalize the server refuses, a prepared-statement clash on the
 finalize (what a transaction-mode pooler does to psycopg's prepared
 statements), a backend terminated right after the handler. In every mode

@@ -1,4 +1,5 @@
--- seed CTE, new-key cycle: the claim CTE of seeds/004 sent as client SQL
+-- seed CTE, new-key cycle: the claim CTE of a service's hand-written design
+-- (the seed pg_idem replaces) sent as client SQL
 -- (client-generated claim id, lease in whole seconds), then the seed's
 -- owner-scoped finalize.
 \set r random(1, 9223372036854775806)

@@ -66,7 +66,7 @@ is($standby->safe_psql('postgres', q{SELECT ('x' || substr(pg_walfile_name(pg_cu
 SKIP:
 {
 	# The generation rule across a promotion is the lead's change in
-	# extension/claims.c; without it the generation comes straight from the
+	# extension/keys/claim.c; without it the generation comes straight from the
 	# sequence, which the standby only knows up to its last replayed WAL.
 	skip "generations after a promotion are not timeline-based in this build (got $gen < 2^40)", 2
 	  if $gen < 2**40;
