@@ -6,6 +6,8 @@
 #   make bench      the benchmarks (tests/bench/run.sh)
 #   make protocol   regenerate every copy of the protocol from
 #                   extension/protocol/protocol.toml (C, the three clients, docs)
+#   make sql-edition  the SQL edition for managed PostgreSQL: pg_idem_sql-VERSION.sql
+#                   (psql -f) and pg_idem_tle-VERSION.sql (pg_tle), no compiler needed
 
 .DEFAULT_GOAL := all
 
@@ -35,7 +37,7 @@ UPGRADE     = $(EXT)--$(PREVIOUS)--$(EXTVERSION).sql
 DATA        = extension/$(EXT).control $(wildcard extension/releases/$(EXT)--*.sql)
 DATA_built  = $(EXT)--$(EXTVERSION).sql $(UPGRADE)
 EXTRA_CLEAN = $(EXT)--*.sql results regression.diffs regression.out \
-              output_iso tmp_check
+              output_iso tmp_check $(EXT)_sql-*.sql $(EXT)_tle-*.sql
 
 # Tests are discovered: drop foo.sql + expected/foo.out, or a spec + its
 # expected output, or a TAP script in place.
@@ -65,7 +67,18 @@ $(UPGRADE): extension/install/00_schema_check.sql extension/install/05_preload_c
 
 $(OBJS): $(wildcard extension/*/*.h)
 
-.PHONY: test demo bench protocol
+# The SQL edition (extension/sql_edition/build.py): the install pieces
+# above with every C function given a SQL or PL/pgSQL body.
+SQL_EDITION_SOURCES = extension/sql_edition/build.py $(wildcard extension/sql_edition/*.sql) \
+                      $(wildcard extension/install/*.sql) extension/protocol/protocol.toml \
+                      extension/core/settings.c extension/$(EXT).control
+$(EXT)_sql-$(EXTVERSION).sql: $(SQL_EDITION_SOURCES)
+	python3 extension/sql_edition/build.py plain $@
+$(EXT)_tle-$(EXTVERSION).sql: $(SQL_EDITION_SOURCES)
+	python3 extension/sql_edition/build.py tle $@
+
+.PHONY: test demo bench protocol sql-edition
+sql-edition: $(EXT)_sql-$(EXTVERSION).sql $(EXT)_tle-$(EXTVERSION).sql
 protocol:
 	python3 extension/protocol/generate.py
 test:

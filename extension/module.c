@@ -26,8 +26,11 @@
 #include "workers/worker.h"
 
 #include "fmgr.h"
+#include "utils/builtins.h"
 
 PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(idem_edition);
 
 void		_PG_init(void);
 
@@ -42,4 +45,15 @@ _PG_init(void)
 	/* the parts, after core/ */
 	idem_inbox_init();
 	idem_workers_init();
+}
+
+/*
+ * idem_edition(): which edition answers, 'c' here; the SQL edition's
+ * function of the same name answers 'sql' (extension/sql_edition/), so a
+ * client can tell them apart with one call.
+ */
+Datum
+idem_edition(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text("c"));
 }

@@ -137,8 +137,10 @@ SELECT count(*) AS dead_letters FROM pg_temp.dead_letters();
 
 -- An accounting transaction that rolls back counts nothing, and the
 -- attempt is not lost: it is still unaccounted for in this session (and
--- would be recorded at exit), so the message cannot begin again until a
--- recording commits (0.2.0 forgot it: issue 12, defect 3).
+-- would be recorded at exit; 0.2.0 forgot it).  The next delivery on this
+-- session adopts it: it writes the failure before deciding, so the second
+-- run starts from a count of 1, and when it rolls back too, the failure
+-- recorded after it counts both runs.
 BEGIN;
 SELECT idem_inbox_begin('ib-payments', 'm-accounting', sha256('p'), 3);
 ROLLBACK;
@@ -149,6 +151,7 @@ SELECT count(*) AS rows_after_aborted_accounting
   FROM idem_inbox WHERE message_id = 'm-accounting';
 BEGIN;
 SELECT idem_inbox_begin('ib-payments', 'm-accounting', sha256('p'), 3);
+SELECT error_count AS adopted_before_the_run FROM idem_inbox WHERE message_id = 'm-accounting';
 ROLLBACK;
 SELECT outcome, error_count FROM idem_inbox_fail('ib-payments', 'm-accounting', 'boom again');
 BEGIN;
@@ -193,15 +196,21 @@ SELECT * FROM idem_inbox_fail('ib-orders', 'm-1', 'late');
 SELECT * FROM pg_temp.message('ib-orders', 'm-1');
 
 --
--- The session's own bookkeeping: an attempt that rolled back must be
--- recorded with idem_inbox_fail before the message is begun again, and a
--- message is begun once per transaction.
+-- The session's own bookkeeping: an attempt that rolled back is counted by
+-- the next begin of the message on this session (it adopts it: a pooled
+-- connection's next client may deliver the same message), and a message
+-- is begun once per transaction.
 --
 BEGIN;
 SELECT idem_inbox_begin('ib-orders', 'm-orphan', sha256('p'));
 ROLLBACK;
-SELECT pg_temp.err($$SELECT idem_inbox_begin('ib-orders', 'm-orphan', sha256('p'))$$);
+BEGIN;
+SELECT idem_inbox_begin('ib-orders', 'm-orphan', sha256('p'));
+SELECT error_count AS adopted FROM idem_inbox WHERE message_id = 'm-orphan';
+SAVEPOINT handler;
+ROLLBACK TO SAVEPOINT handler;
 SELECT outcome, error_count FROM idem_inbox_fail('ib-orders', 'm-orphan', 'rolled back');
+COMMIT;
 BEGIN;
 SELECT idem_inbox_begin('ib-orders', 'm-orphan', sha256('p'));
 SELECT pg_temp.err($$SELECT idem_inbox_begin('ib-orders', 'm-orphan', sha256('p'))$$);

@@ -201,6 +201,9 @@ SELECT pg_temp.err($$SET idem.outbox_backoff = ''$$);
 SELECT pg_temp.err($$SET idem.outbox_backoff = '1s, -2s'$$);
 SELECT pg_temp.err($$SET idem.outbox_max_attempts = 0$$);
 SHOW idem.outbox_backoff;
+-- (The SQL edition keeps a bad value until it is used: back to the defaults.)
+RESET idem.outbox_backoff;
+RESET idem.outbox_max_attempts;
 
 --
 -- The wake-up.

@@ -45,7 +45,7 @@ python3 python3-psycopg python3-psycopg-pool python3-pytest python3-starlette
 python3-fastapi python3-flask python3-httpx python3-uvicorn python3-prometheus-client
 python3-setuptools python3-wheel python3-venv python3-pip nodejs
 pgbouncer postgresql-$DEBIAN_PG_MAJOR-plproxy postgresql-$DEBIAN_PG_MAJOR-auto-failover
-prometheus-postgres-exporter clang-tools valgrind"
+prometheus-postgres-exporter clang-tools valgrind rabbitmq-server python3-pika"
 
 say() { printf '\n== %s\n' "$*"; }
 
@@ -97,14 +97,20 @@ build_and_install_extension() {
 # A private copy of the PostgreSQL installation at $1, laid out as under
 # /: binaries and libraries hard-linked (copied across file systems),
 # share copied, headers linked.  Any pg_idem file of an earlier system
-# install is left out.  A cached build (PG_PREFIX) is one directory.
+# install is left out.  A cached source build (PG_PREFIX) is one
+# directory; cached binary packages (PG_FROM=deb) are the usr/ tree around
+# PG_PREFIX (usr/lib/postgresql/N, usr/share/postgresql/N, the headers),
+# which the binaries find relative to themselves.
 stage_postgres() {
-    local stage=$1 lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR
+    local stage=$1 lib=/usr/lib/postgresql/$PG_MAJOR share=/usr/share/postgresql/$PG_MAJOR tree
     if [ -n "$PG_PREFIX" ]; then
-        mkdir -p "$stage$(dirname "$PG_PREFIX")"
-        cp -al "$PG_PREFIX" "$stage$(dirname "$PG_PREFIX")/" 2>/dev/null ||
-            cp -a "$PG_PREFIX" "$stage$(dirname "$PG_PREFIX")/"
-        rm -rf "$stage$PG_PREFIX"/lib/pg_idem* "$stage$PG_PREFIX"/share/extension/pg_idem* \
+        tree=$PG_PREFIX
+        [ "$PG_FROM" = deb ] && tree=$(cd "$PG_PREFIX/../../.." && pwd)
+        share=$("$PG_PREFIX/bin/pg_config" --sharedir)
+        mkdir -p "$stage$(dirname "$tree")"
+        cp -al "$tree" "$stage$(dirname "$tree")/" 2>/dev/null ||
+            cp -a "$tree" "$stage$(dirname "$tree")/"
+        rm -rf "$stage$PG_PREFIX"/lib/pg_idem* "$stage$share"/extension/pg_idem* \
             "$stage$PG_PREFIX"/lib/bitcode/pg_idem*
         return 0
     fi
@@ -164,12 +170,44 @@ finish_workdir() {
     return "$rc"
 }
 
-# A copy of the source tree at $1 in $WORK/src, owned by the run user.
+# A copy of the source tree at $1 in $WORK/src, owned by the run user
+# (and the C++ client's kept copy refreshed, below).
 copy_tree() {
     mkdir -p "$WORK/src"
     (cd "$1" && tar --exclude=./.git --exclude=./build -cf - .) | (cd "$WORK/src" && tar -xf -)
+    # The tracked files, for the house rules: the copy has no .git, and the
+    # suites add build output to it (an egg-info, generated scripts).
+    git -C "$1" ls-files -z >"$WORK/src/.tracked-files" 2>/dev/null || rm -f "$WORK/src/.tracked-files"
     [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK/src"
+    if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
+        mkdir -p "$PG_IDEM_CLIENT_BUILD/tree" || return 1
+        (cd "$WORK/src" && tar --exclude='./client/node/node_modules' -cf - .) |
+            tar -xf - -C "$PG_IDEM_CLIENT_BUILD/tree" || return 1
+        [ "$(id -u)" = 0 ] && chown -R postgres: "$PG_IDEM_CLIENT_BUILD"
+    fi
     true
+}
+
+# Where the C++ client (client/cpp) is configured from and built.  make
+# test builds it in its scratch directory.  With PG_IDEM_CLIENT_BUILD (a
+# directory kept between runs, as .ci/run's runs on several majors keep
+# it) it is built there once: the client does not depend on the server's
+# major, so a later run finds it built (cmake rebuilds only what changed:
+# the copy of the tree it is configured from, refreshed by copy_tree,
+# keeps the files' times) and runs its tests against its own server.
+client_source() {
+    if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
+        echo "$PG_IDEM_CLIENT_BUILD/tree/client/cpp"
+    else
+        echo "$WORK/src/client/cpp"
+    fi
+}
+client_build() {
+    if [ -n "${PG_IDEM_CLIENT_BUILD:-}" ]; then
+        echo "$PG_IDEM_CLIENT_BUILD/build"
+    else
+        echo "$WORK/client-build"
+    fi
 }
 
 # A free TCP port (the servers listen on a socket in $WORK as well).
@@ -212,7 +250,8 @@ stop_cluster() {
 # that run the storm against another language's service: the C++ suite's
 # build when it has one, else a build of just the demo targets. Prints its path.
 demo_storm_sender() {
-    local bin=$WORK/client-build/examples/demo/idem-demo-storm build=$WORK/storm-build
+    local bin build=$WORK/storm-build
+    bin=$(client_build)/examples/demo/idem-demo-storm
     [ -x "$bin" ] && { echo "$bin"; return 0; }
     bin=$build/examples/demo/idem-demo-storm
     [ -x "$bin" ] && { echo "$bin"; return 0; }

@@ -8,15 +8,19 @@
 #     (apt-get source postgresql-N; sid serves 18): configure, build the
 #     server, the contrib modules the suites use, pg_regress,
 #     isolationtester and the TAP modules, install into the cache;
-#   - from the binary packages otherwise (trixie's 17, experimental's 19,
-#     whose sources answer 404): dpkg -x of the server, client and
-#     server-dev packages into the cache.  A binary build cannot be
-#     assert-enabled, and Debian does not package isolationtester, so the
-#     isolation suite is skipped there.
+#   - from the binary packages otherwise (trixie's 17, experimental's
+#     19~rc1, whose sources answer 404): dpkg -x of the server, client,
+#     server-dev and libpq packages into the cache.  They are built for a
+#     newer C library than Debian 12's, so they get a private one: the
+#     library packages they depend on (sid's glibc 2.43, ICU, OpenSSL,
+#     ...) unpacked beside them, and their executables and libraries
+#     patched to load it (major_private_runtime).  Debian's server-dev
+#     package has pg_regress, isolationtester and the TAP modules, so
+#     every suite runs.  A binary build cannot be assert-enabled.
 #
 # The cache: $PG_IDEM_CACHE, by default /var/cache/pg_idem for root and
 # ~/.cache/pg_idem for other users; one directory per version and flags
-# (postgresql-18.6, postgresql-18.6-cassert, postgresql-17.12-deb, ...).
+# (postgresql-18.6, postgresql-18.6-cassert, postgresql-19~rc1-deb, ...).
 # A directory is used only once its build finished (the .complete file);
 # remove it to rebuild.
 
@@ -29,7 +33,7 @@ pg_visibility pgstattuple pg_walinspect pg_buffercache postgres_fdw pg_prewarm"
 
 # Packages a source build needs on top of IDEM_PACKAGES.
 MAJOR_BUILD_PACKAGES="bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev
-dpkg-dev xz-utils bzip2"
+dpkg-dev xz-utils bzip2 patchelf"
 
 # apt-get with the private configuration in $PG_IDEM_CACHE/apt: Debian's
 # archive (the mirror the machine uses) for sid, trixie, experimental and
@@ -100,12 +104,7 @@ ensure_major_locked() {
         [ -f "$dir/.complete" ] || unpack_major_debs "$major" "$dir" || return 1
     fi
     PG_PREFIX=$(cat "$dir/.complete")
-    if [ "$PG_FROM" = deb ]; then
-        PG_CONFIG_SHIM=$dir/pg_config
-        PG_VERSION_FULL=$("$PG_CONFIG_SHIM" --version | sed 's/^PostgreSQL //')
-    else
-        PG_VERSION_FULL=$("$PG_PREFIX/bin/postgres" --version | sed 's/^postgres (PostgreSQL) //')
-    fi
+    PG_VERSION_FULL=$("$PG_PREFIX/bin/postgres" --version | sed 's/^postgres (PostgreSQL) //')
     export PG_PREFIX PG_VERSION_FULL PG_FROM
 }
 
@@ -147,12 +146,17 @@ fetch_orig_tarball() {   # PACKAGE DIR
 
 # PL/Proxy (the scaleout suite) built against the installation $1, when
 # the archive serves a source of it; the suite says it is skipped if not.
+# PostgreSQL 19 refuses standard_conforming_strings = off and no longer
+# exports the variable, which PL/Proxy 2.11's scanner reads: for 19 it is
+# the constant true.
 build_plproxy() {   # PREFIX LOG
-    local prefix=$1 log=$2 tarball build=$1.plproxy
+    local prefix=$1 log=$2 tarball build=$1.plproxy extra=
+    grep -qs 'bool standard_conforming_strings' "$("$prefix/bin/pg_config" --includedir-server)/parser/parser.h" ||
+        extra=-Dstandard_conforming_strings=true
     tarball=$(fetch_orig_tarball postgresql-plproxy "$PG_IDEM_CACHE/sources/plproxy") ||
         { echo "   PL/Proxy: no source the archive serves (the scaleout suite will be skipped)"; return 0; }
     rm -rf "$build" && mkdir -p "$build" && tar -xf "$tarball" -C "$build" --strip-components=1 &&
-        make -C "$build" -s PG_CONFIG="$prefix/bin/pg_config" with_llvm=no >>"$log" 2>&1 &&
+        make -C "$build" -s PG_CONFIG="$prefix/bin/pg_config" with_llvm=no EXTRA_CPPFLAGS="$extra" >>"$log" 2>&1 &&
         make -C "$build" -s PG_CONFIG="$prefix/bin/pg_config" with_llvm=no install >>"$log" 2>&1 ||
         { echo "   PL/Proxy $(basename "$tarball") did not build (see $log; the scaleout suite will be skipped)"; rm -rf "$build"; return 0; }
     rm -rf "$build"
@@ -195,55 +199,160 @@ build_major_from_source() {
     echo "   built in $((SECONDS - start)) s"
 }
 
-# The server, client and server-dev packages of major $1 unpacked into $2
-# (usr/lib/postgresql/$1 inside).
+# The binary packages of major $1 (server, client, server-dev, and the libpq
+# and its headers of the same version) unpacked into $2 (usr/lib/postgresql/$1
+# inside).  A newer Debian's binaries need a newer C library than this
+# machine's: they then run on a private runtime (major_private_runtime).
+# PGXS is adapted to this machine's compiler (major_adapt_pgxs) and
+# PL/Proxy built, as for a source build.
 unpack_major_debs() {
-    local major=$1 dir=$2 debs=$2.debs p
-    say "unpacking Debian's PostgreSQL $major binary packages into $dir (no source package to build)"
+    local major=$1 dir=$2 debs=$2.debs log=$2.build.log version prefix p start=$SECONDS
+    version=$(major_apt_cache show "postgresql-$major" 2>/dev/null | sed -n 's/^Version: //p' | sort -V | tail -1)
+    prefix=$dir/usr/lib/postgresql/$major
+    say "unpacking Debian's PostgreSQL $version binary packages into $dir (no source package to build; once)"
     rm -rf "$dir" "$debs"
     mkdir -p "$dir" "$debs"
-    (cd "$debs" && major_apt download "postgresql-$major" "postgresql-client-$major" \
-        "postgresql-server-dev-$major" >download.log 2>&1) || { cat "$debs/download.log" >&2; return 1; }
+    (cd "$debs" && major_apt download "postgresql-$major=$version" "postgresql-client-$major=$version" \
+        "postgresql-server-dev-$major=$version" "libpq5=$version" "libpq-dev=$version") >"$log" 2>&1 ||
+        { tail -n 20 "$log" >&2; return 1; }
     for p in "$debs"/*.deb; do dpkg -x "$p" "$dir" || return 1; done
     rm -rf "$debs"
-    write_pg_config_shim "$major" "$dir"
-    echo "$dir/usr/lib/postgresql/$major" >"$dir/.complete"
+    if ! "$prefix/bin/postgres" --version >/dev/null 2>&1; then
+        major_private_runtime "$major" "$version" "$dir" >>"$log" 2>&1 ||
+            { tail -n 30 "$log" >&2; echo "PostgreSQL $version: no runtime for its binaries (see $log)" >&2; return 1; }
+        echo "   its binaries need a newer C library than this machine's: they run on a private one, in $dir/runtime"
+    fi
+    "$prefix/bin/postgres" --version >/dev/null 2>>"$log" || { tail -n 5 "$log" >&2; return 1; }
+    major_adapt_pgxs "$dir" "$major" >>"$log" 2>&1 || { tail -n 20 "$log" >&2; return 1; }
+    build_plproxy "$prefix" "$log"
+    echo "$prefix" >"$dir/.complete"
+    echo "   ready in $((SECONDS - start)) s"
 }
 
-# Debian's pg_config of a newer Debian cannot run here (glibc), and PGXS
-# asks it for paths only: a script answering them for the unpacked tree.
-write_pg_config_shim() {   # MAJOR DIR
-    local major=$1 dir=$2 version
-    version=$(sed -n 's/^VERSION = //p' "$dir/usr/lib/postgresql/$major/lib/pgxs/src/Makefile.global")
-    cat >"$dir/pg_config" <<SHIM
-#!/bin/sh
-# pg_config for Debian's PostgreSQL $major unpacked into $dir (tests/majors.sh).
-for o in "\$@"; do
-    case \$o in
-        --bindir) echo "$dir/usr/lib/postgresql/$major/bin" ;;
-        --sharedir) echo "$dir/usr/share/postgresql/$major" ;;
-        --includedir | --pkgincludedir) echo "$dir/usr/include/postgresql" ;;
-        --includedir-server) echo "$dir/usr/include/postgresql/$major/server" ;;
-        --libdir) echo "$dir/usr/lib/x86_64-linux-gnu" ;;
-        --pkglibdir) echo "$dir/usr/lib/postgresql/$major/lib" ;;
-        --pgxs) echo "$dir/usr/lib/postgresql/$major/lib/pgxs/src/makefiles/pgxs.mk" ;;
-        --sysconfdir) echo "/etc/postgresql-common" ;;
-        --mandir) echo "$dir/usr/share/postgresql/$major/man" ;;
-        --docdir | --htmldir) echo "$dir/usr/share/doc/postgresql-doc-$major" ;;
-        --localedir) echo "/usr/share/locale" ;;
-        --version) echo "PostgreSQL $version" ;;
-        --configure) echo "Debian's binary packages, unpacked" ;;
-        *) echo "pg_config shim: \$o is not answered" >&2; exit 1 ;;
-    esac
-done
-SHIM
-    chmod 755 "$dir/pg_config"
+# Debian packages named as libraries: what a runtime is made of (libpq
+# comes with the installation).
+major_library_packages() {
+    grep -E '^(lib|zlib1g$)' | grep -vE -- '-(dev|bin|doc)$' | grep -vx 'libpq5'
 }
 
-# Whether the unpacked binaries of a newer Debian run on this machine
-# (trixie's and experimental's need a newer glibc than Debian 12's).
-major_binaries_run() {
-    "$PG_PREFIX/bin/postgres" --version >/dev/null 2>&1
+# The first real package of each dependency of packages "$@" (the first
+# alternative of a group that is not virtual), one a line.
+major_package_depends() {
+    major_apt_cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
+        --no-replaces --no-enhances "$@" 2>/dev/null | awk '
+        /^ *\|?(Pre)?Depends:/ {
+            alt = ($1 ~ /^\|/)
+            if (!taken && $2 !~ /^</) { print $2; taken = 1 }
+            if (!alt) taken = 0
+        }'
+}
+
+# A private runtime for the binaries unpacked into $3: the shared libraries
+# they need (Debian's library packages the server, the client and libpq of
+# version $2 depend on, and theirs, at the archive's candidate versions:
+# sid's C library for experimental's 19) unpacked into $3/runtime, and
+# every executable and shared object of the installation patched
+# (patchelf) to load with that runtime's dynamic loader and to find its
+# libraries there first (a DT_RPATH, which also serves the modules a
+# server loads: contrib, PL/Proxy, pg_idem).  The programs exec each other
+# (initdb and pg_ctl start postgres, pg_upgrade runs pg_dump) by path, so
+# each patched file finds the runtime by itself; nothing in the
+# environment is needed, and this machine's own programs are untouched.
+# A module built here against the older C library loads into the newer
+# one.  Fails unless every library of every patched file resolves inside
+# the installation or the runtime.
+major_private_runtime() {   # MAJOR VERSION DIR
+    local major=$1 version=$2 dir=$3 rt=$3/runtime debs=$3/runtime.debs
+    local multiarch queue seen=" " p interp rpath f elves outside missing=0
+    multiarch=$(gcc -print-multiarch)
+    queue=$(major_package_depends "postgresql-$major=$version" "postgresql-client-$major=$version" \
+        "libpq5=$version" | major_library_packages)
+    # Breadth first, one apt-cache call per level.
+    while [ -n "$queue" ]; do
+        local level=()
+        for p in $queue; do
+            [[ $seen == *" $p "* ]] && continue
+            seen+="$p "
+            level+=("$p")
+        done
+        [ ${#level[@]} -gt 0 ] || break
+        queue=$(major_package_depends "${level[@]}" | major_library_packages | sort -u)
+    done
+    echo "runtime packages:$seen"
+    rm -rf "$rt" "$debs"
+    mkdir -p "$rt" "$debs"
+    # (libc6-dbg: the symbols valgrind needs of the loader, below.)
+    (cd "$debs" && major_apt download $seen libc6-dbg) || return 1
+    [ "$(dpkg-deb -f "$debs"/libc6_*.deb Version)" = "$(dpkg-deb -f "$debs"/libc6-dbg_*.deb Version)" ] ||
+        rm -f "$debs"/libc6-dbg_*.deb
+    for p in "$debs"/*.deb; do dpkg -x "$p" "$rt" || return 1; done
+    rm -rf "$debs"
+    interp=$(find "$rt" -name 'ld-linux*.so.*' -type f | head -1)
+    [ -n "$interp" ] || { echo "no dynamic loader in the runtime"; return 1; }
+    major_runtime_debug_links "$rt"
+    rpath=$rt/usr/lib/$multiarch:$rt/lib/$multiarch:$dir/usr/lib/$multiarch
+    elves=$(find "$dir/usr" -type f \( -perm -u+x -o -name '*.so' -o -name '*.so.*' \) \
+        -exec sh -c 'head -c 4 "$1" | grep -q ELF && echo "$1"' sh {} \;)
+    for f in $elves; do
+        if [[ $(readelf -l "$f" 2>/dev/null) == *"program interpreter"* ]]; then
+            patchelf --set-interpreter "$interp" "$f" || return 1
+        fi
+        patchelf --force-rpath --set-rpath "$rpath" "$f" || return 1
+    done
+    for f in $elves; do
+        # Every line of the loader's list names a file of the runtime or
+        # the installation (or the kernel's vDSO).
+        outside=$("$interp" --list "$f" 2>&1 |
+            grep -vE "=> ($rt|$dir)/|linux-vdso|^[[:space:]]*$rt/|statically linked")
+        if [ -n "$outside" ]; then
+            printf 'unresolved in the runtime: %s\n%s\n' "$f" "$outside"
+            missing=1
+        fi
+    done
+    [ "$missing" = 0 ]
+}
+
+# Valgrind (the valgrind suite) refuses a program whose dynamic loader has
+# no symbols (it must redirect the loader's strlen).  Debian's libraries
+# name their separate debug file by a debug link, which valgrind looks for
+# beside the library; libc6-dbg has them under /usr/lib/debug/.build-id:
+# link each where valgrind looks.
+major_runtime_debug_links() {   # RUNTIME
+    local rt=$1 f id name debug
+    for f in "$rt"/usr/lib/*/ld-linux*.so.* "$rt"/usr/lib/*/libc.so.6; do
+        [ -f "$f" ] && [ ! -L "$f" ] || continue
+        id=$(readelf -n "$f" 2>/dev/null | awk '/Build ID/ {print $3}')
+        name=$(readelf --string-dump=.gnu_debuglink "$f" 2>/dev/null | awk '/\[ *0\]/ {print $3}')
+        debug=$rt/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug
+        [ -n "$id" ] && [ -n "$name" ] && [ -f "$debug" ] && ln -f "$debug" "$(dirname "$f")/$name"
+    done
+    true
+}
+
+# The PGXS of a newer Debian, for this machine's compiler: its CFLAGS
+# without the options Debian 12's gcc does not know (-Wmissing-variable-
+# declarations), no LLVM bitcode (its clang is not here), and, where its
+# pg_config.h says the C library declares strlcpy and strlcat (glibc 2.38)
+# and this machine's does not (2.36), their declarations (the server's own
+# C library defines them).  Builds against it then need nothing special.
+major_adapt_pgxs() {   # DIR MAJOR
+    local global=$1/usr/lib/postgresql/$2/lib/pgxs/src/Makefile.global
+    local compat=$1/usr/include/postgresql/idem-older-libc.h flag cflags=
+    for flag in $(sed -n 's/^CFLAGS = //p' "$global"); do
+        if [[ $(echo 'int x;' | gcc "$flag" -x c -c -o /dev/null - 2>&1) == *unrecognized* ]]; then
+            echo "PGXS: dropping $flag (unknown to gcc $(gcc -dumpversion))"
+        else
+            cflags+=" $flag"
+        fi
+    done
+    sed -i -e "s|^CFLAGS = .*|CFLAGS =$cflags|" -e 's|^with_llvm\s*=.*|with_llvm = no|' "$global"
+    if grep -q '^#define HAVE_DECL_STRLCPY 1' "$1/usr/include/postgresql/$2/server/pg_config.h" &&
+       ! printf '#include <string.h>\nvoid *p = (void *) strlcpy;\n' | gcc -Werror -x c -c -o /dev/null - 2>/dev/null; then
+        printf '%s\n' "/* tests/majors.sh: declared by the server's C library, not by this machine's. */" \
+            '#include <stddef.h>' 'extern size_t strlcpy(char *, const char *, size_t);' \
+            'extern size_t strlcat(char *, const char *, size_t);' >"$compat"
+        sed -i "s|^CPPFLAGS = |CPPFLAGS = -include $compat |" "$global"
+    fi
 }
 
 # For make test PG=N / CASSERT=1: the cached build replaces Debian's 15 as
@@ -267,7 +376,8 @@ describe_postgres() {
     case $PG_FROM in
         debian) how="Debian's package" ;;
         source) how="build of Debian's source package, cached in $PG_IDEM_CACHE" ;;
-        deb) how="Debian's binary packages unpacked into $PG_IDEM_CACHE" ;;
+        deb) how="Debian's binary packages unpacked into $PG_IDEM_CACHE"
+            [ -d "$PG_PREFIX/../../../../runtime" ] && how+=", on a private runtime of a newer Debian's C library" ;;
     esac
     [ "$CASSERT" = 1 ] && how="assert-enabled $how"
     echo "PostgreSQL $PG_VERSION_FULL ($how)"
@@ -277,34 +387,4 @@ describe_postgres() {
 # Debian's, for 15 only).
 postgres_has_extension() {
     [ -f "$("$PG_BIN/pg_config" --sharedir)/extension/$1.control" ]
-}
-
-# The extension built with -Wall -Wextra -Werror (the static suite's
-# flags) against the headers of the installation PG_CONFIG_SHIM describes,
-# in a copy of the tree at $1; counted as one test.
-compile_against_headers() {
-    local root=$1 build=$WORK/build-$PG_MAJOR log=$WORK/build-$PG_MAJOR.log
-    say "building the extension against PostgreSQL $PG_VERSION_FULL's headers (-Wall -Wextra -Werror)"
-    mkdir -p "$build"
-    # Its pg_config.h describes a newer glibc, which has strlcpy and
-    # strlcat (2.38); Debian 12's 2.36 declares neither, so declare them
-    # (nothing is linked or run).
-    printf '#include <stddef.h>\nextern size_t strlcpy(char *, const char *, size_t);\nextern size_t strlcat(char *, const char *, size_t);\n' \
-        >"$WORK/newer_glibc.h"
-    (cd "$root" && tar --exclude=./.git --exclude=./build --exclude='*.o' --exclude='*.bc' --exclude='*.so' -cf - Makefile extension) |
-        (cd "$build" && tar -xf -)
-    # Its CFLAGS are for its own gcc (Debian 13's 14): drop the options
-    # Debian 12's gcc 12 does not know.
-    local global cflags
-    global=$(dirname "$("$PG_CONFIG_SHIM" --pgxs)")/../Makefile.global
-    # (COPT would be ignored beside CFLAGS on the command line.)
-    cflags=$(sed -n 's/^CFLAGS = //p' "$global" | sed -E 's/ -W(no-)?missing-variable-declarations//g')
-    cflags+=" -include $WORK/newer_glibc.h -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror"
-    if make -C "$build" -s -j"$(nproc)" PG_CONFIG="$PG_CONFIG_SHIM" with_llvm=no \
-            CFLAGS="$cflags" PERMIT_MISSING_VARIABLE_DECLARATIONS= >"$log" 2>&1; then
-        count "build against PostgreSQL $PG_VERSION_FULL" 1 0
-    else
-        grep -E 'error|warning' "$log" | head -n 40
-        count "build against PostgreSQL $PG_VERSION_FULL" 0 1
-    fi
 }

@@ -43,19 +43,6 @@ done
 install_missing_packages bc
 prepare_postgres || { echo "0 passed, 1 failed"; exit 1; }
 make_workdir test
-if [ "$PG_FROM" = deb ] && ! major_binaries_run; then
-    # A newer Debian's binaries (17 from trixie, 19 from experimental,
-    # whose sources the archive does not serve) need a newer glibc than
-    # Debian 12's: build against their headers, run nothing.
-    compile_against_headers "$ROOT"
-    why="Debian's PostgreSQL $PG_VERSION_FULL binaries need a newer glibc than this machine's; built against its headers only"
-    for s in "${ALL_SUITES[@]}"; do skip_suite "$s" "$why"; done
-    echo
-    echo "server: $(describe_postgres)"
-    echo "$PASSED passed, $FAILED failed (every suite skipped: $why)"
-    [ "$FAILED" -eq 0 ]
-    exit
-fi
 build_and_install_extension "$ROOT"
 copy_tree "$ROOT"
 start_cluster "shared_preload_libraries = 'pg_idem'" || { echo "0 passed, 1 failed"; exit 1; }

@@ -20,6 +20,10 @@ address), .port, .flights(), .log(), .close(). From the command line
 (for the Node tests): flight_relay.py HOST PORT prints "port N", then
 answers each line "count" on stdin with one JSON line
 {"flights": n, "log": [...]}; end of input stops it.
+
+Relay(host, port, opened=False) (the command line: --closed) has its port
+but refuses connections, as a server that has not started yet, until
+.open() (a line "open"): the clients' start-up tests wait through that.
 """
 
 import json
@@ -51,18 +55,18 @@ class _Side:
 
 
 class Relay:
-    def __init__(self, host, port, listen="127.0.0.1"):
+    def __init__(self, host, port, listen="127.0.0.1", opened=True):
         self._target = (os.path.join(host, ".s.PGSQL.%d" % int(port)) if host.startswith("/")
                         else (host, int(port)))
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.bind((listen, 0))
-        self._listener.listen(64)
+        self._listener.bind((listen, 0))  # bound, not listening: connections are refused
         self._listener.setblocking(False)
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._flights = []       # each: the statements or message kinds of one flight
         self._sel = selectors.DefaultSelector()
-        self._sel.register(self._listener, selectors.EVENT_READ, None)
+        if opened:
+            self._listen()
         self._stop_r, self._stop_w = socket.socketpair()
         self._sel.register(self._stop_r, selectors.EVENT_READ, "stop")
         self._thread = threading.Thread(target=self._run, name="flight-relay", daemon=True)
@@ -80,11 +84,20 @@ class Relay:
         with self._lock:
             return [list(f) for f in self._flights]
 
+    def open(self):
+        """Start accepting connections (a relay made with opened=False)."""
+        self._stop_w.send(b"o")
+
+    def _listen(self):
+        self._listener.listen(64)
+        self._sel.register(self._listener, selectors.EVENT_READ, None)
+
     def close(self):
         self._stop_w.send(b"x")
         self._thread.join()
         for key in list(self._sel.get_map().values()):
             key.fileobj.close()
+        self._listener.close()  # not in the map if never opened
         self._stop_w.close()
 
     # ---- the loop -----------------------------------------------------------------
@@ -93,6 +106,9 @@ class Relay:
         while True:
             for key, _ in self._sel.select():
                 if key.data == "stop":
+                    if self._stop_r.recv(1) == b"o":
+                        self._listen()
+                        continue
                     return
                 if key.data is None:
                     self._accept()
@@ -200,14 +216,19 @@ class Relay:
 
 
 def main(argv):
+    closed = "--closed" in argv
+    argv = [a for a in argv if a != "--closed"]
     if len(argv) != 3:
-        sys.stderr.write("usage: flight_relay.py HOST PORT\n")
+        sys.stderr.write("usage: flight_relay.py HOST PORT [--closed]\n")
         return 2
-    relay = Relay(argv[1], argv[2])
+    relay = Relay(argv[1], argv[2], opened=not closed)
     print("port %d" % relay.port, flush=True)
     for line in sys.stdin:
         if line.strip() == "count":
             print(json.dumps({"flights": relay.flights(), "log": relay.log()}), flush=True)
+        elif line.strip() == "open":
+            relay.open()
+            print("open", flush=True)
     relay.close()
     return 0
 

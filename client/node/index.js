@@ -16,6 +16,8 @@ const protocol = require('./lib/protocol');
 const { prometheus, EVENTS } = require('./lib/metrics');
 const { SetupError, OLDEST_EXTENSION } = require('./lib/setup');
 const fingerprint = require('./lib/fingerprint');
+const { Inbox, InboxResult } = require('./lib/inbox');
+const { Drainer, FINISH_BATCH, ABANDON_REST } = require('./lib/outbox');
 const { version } = require('./package.json');
 
 module.exports = {
@@ -49,5 +51,13 @@ module.exports = {
   OLDEST_EXTENSION,
   protocol,
   CLIENT_OUTCOMES: protocol.CLIENT_OUTCOMES,
+  Inbox, //          the inbox consumer (./lib/inbox)
+  InboxResult,
+  InboxOutcome: protocol.InboxOutcome,
+  BrokerAction: protocol.BrokerAction,
+  Drainer, //        the outbox relay (./lib/outbox)
+  FINISH_BATCH,
+  ABANDON_REST,
+  RELAY_COUNTS: protocol.RELAY_COUNTS,
   version, // the extension's version: the two are released together
 };

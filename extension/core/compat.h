@@ -6,8 +6,9 @@
  * change between majors; every such call goes through a helper here, so
  * that a new major is a new #if in this file and nothing else.  Each
  * difference names the PostgreSQL release (and the commit, where known)
- * that made it.  Built with -Wall -Wextra -Werror against 15 and 18 in CI,
- * against 17's and 19's headers by hand (docs/guides/upgrading.md).
+ * that made it.  Built with -Wall -Wextra -Werror against 15, 18 and 19
+ * (Debian's 19~rc1) in CI, where every suite runs on each
+ * (docs/guides/upgrading.md).
  *
  * Include after postgres.h.
  */
@@ -115,8 +116,11 @@ idem_note_generated_column(RangeTblEntry *rte, AttrNumber attnum)
 /*
  * An index scan with no ORDER BY keys.  PostgreSQL 18 (commit 0fbceae84,
  * "Show index search count in EXPLAIN ANALYZE", Peter Geoghegan) added the
- * instrumentation argument (none here); PostgreSQL 19 added scan option
- * flags (SO_NONE: the scan may be followed by writes to the table).
+ * instrumentation argument (none here); PostgreSQL 19 ("Thread flags
+ * through begin-scan APIs", Melanie Plageman) added scan option flags.
+ * SO_NONE, not SO_HINT_REL_READ_ONLY: that hint lets a scan set the
+ * visibility map while pruning, for a query that does not modify the
+ * table, and pg_idem's scans are followed by its writes to the table.
  */
 static inline IndexScanDesc
 idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys)
@@ -132,7 +136,7 @@ idem_index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys
 
 /*
  * A sequential scan of a table.  PostgreSQL 19 added scan option flags
- * (SO_NONE: nothing beyond a plain scan's), as for index scans.
+ * (same commit and the same SO_NONE as for index scans).
  */
 static inline TableScanDesc
 idem_table_beginscan(Relation rel, Snapshot snapshot, int nkeys, ScanKeyData *key)

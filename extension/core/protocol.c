@@ -42,3 +42,17 @@ const char *const idem_outbox_state_names[IDEM_OUTBOX_NSTATES] = {
 	[IDEM_OUTBOX_DEAD] = IDEM_OUTBOX_DEAD_NAME,
 	[IDEM_OUTBOX_PUBLISHED] = IDEM_OUTBOX_PUBLISHED_NAME,
 };
+
+const char *const idem_inbox_answers[IDEM_INBOX_NANSWERS] = {
+	[IDEM_INBOX_ANSWER_PROCESS] = "process",
+	[IDEM_INBOX_ANSWER_DUPLICATE] = "duplicate",
+	[IDEM_INBOX_ANSWER_DEAD] = "dead",
+	[IDEM_INBOX_ANSWER_MISMATCH] = "mismatch",
+	[IDEM_INBOX_ANSWER_RETRY] = "retry",
+};
+
+const char *const idem_nack_outcomes[IDEM_NACK_NOUTCOMES] = {
+	[IDEM_NACK_RETRY] = "retry",
+	[IDEM_NACK_DEAD] = "dead",
+	[IDEM_NACK_STALE] = "stale",
+};

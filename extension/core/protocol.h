@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.h
- *	  Claim outcomes and the attempts' state machine (protocol.c).
+ *	  Claim outcomes, the attempts' state machine, the rows' states, the
+ *	  inbox's answers and the outbox's nack outcomes (protocol.c).
  *
  * Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
  *
@@ -140,5 +141,33 @@ extern PGDLLIMPORT const char *const idem_outbox_state_names[IDEM_OUTBOX_NSTATES
 #define IDEM_ATTEMPT_REASON_REAPED_NO_BLOB "reaped_no_blob"
 #define IDEM_ATTEMPT_REASON_DIGEST_MISMATCH "digest_mismatch"
 #define IDEM_ATTEMPT_REASON_TARGET_GONE "target_gone"
+
+/* What idem_inbox_begin and idem_inbox_fail answer (their names: idem_inbox_answers). */
+typedef enum IdemInboxAnswer
+{
+	IDEM_INBOX_ANSWER_PROCESS,	/* from begin */
+	IDEM_INBOX_ANSWER_DUPLICATE,	/* from begin, fail */
+	IDEM_INBOX_ANSWER_DEAD,	/* from begin, fail */
+	IDEM_INBOX_ANSWER_MISMATCH,	/* from begin */
+	IDEM_INBOX_ANSWER_RETRY,	/* from fail */
+	IDEM_INBOX_NANSWERS
+} IdemInboxAnswer;
+
+extern PGDLLIMPORT const char *const idem_inbox_answers[IDEM_INBOX_NANSWERS];
+
+/* idem_inbox_begin's max_attempts: the default and the largest accepted. */
+#define IDEM_INBOX_DEFAULT_MAX_ATTEMPTS 5
+#define IDEM_INBOX_MAX_ATTEMPTS 1000
+
+/* What idem_outbox_nack answers (their names: idem_nack_outcomes). */
+typedef enum IdemNackOutcome
+{
+	IDEM_NACK_RETRY,
+	IDEM_NACK_DEAD,
+	IDEM_NACK_STALE,
+	IDEM_NACK_NOUTCOMES
+} IdemNackOutcome;
+
+extern PGDLLIMPORT const char *const idem_nack_outcomes[IDEM_NACK_NOUTCOMES];
 
 #endif							/* IDEM_CORE_PROTOCOL_H */

@@ -16,21 +16,36 @@
  * id already published (consumers that deduplicate by id drop it, and its
  * ack fails on the archive's primary key).
  *
+ * PostgreSQL 19 replicates sequences, but as snapshots: a publication FOR
+ * ALL SEQUENCES copies the publisher's positions when the subscription is
+ * created and again at each ALTER SUBSCRIPTION ... REFRESH SEQUENCES,
+ * never in between (and only from a 19 publisher).  A cut-over that
+ * refreshes them once writes have stopped gets exact sequences; one that
+ * does not leaves the new writer's sequences where the last copy put
+ * them, below the replicated rows but no longer young (below).  And a
+ * copy made after the new writer drew values moves its sequences back
+ * (measured on 19rc1: a REFRESH SEQUENCES set a sequence from 5000 back to
+ * the publisher's 900), under backends that already checked.
+ *
  * So a sequence that is seen to be behind its tables is advanced past
  * them, once, by the first call that sees it:
  *  - generations: claim.c checks while the sequence is young (its first
  *	  IDEM_YOUNG_SEQUENCE values: a new cluster or a new install, which is
- *	  what a cut-over's new writer is) and whenever a take-over finds a row
- *	  whose generation is not below the value drawn (proof that the sequence
- *	  is behind).  The check reads the highest generation of idem_keys, a
- *	  scan, so it is not made on every claim; a take-over's generation is moreover
- *	  always above the row's, whatever the sequence says.
+ *	  what a cut-over's new writer is before 19), whenever a take-over finds
+ *	  a row whose generation is not below the value drawn (proof that the
+ *	  sequence is behind), and, once per backend, when the sequence is a
+ *	  subscribed one (19: listed in pg_subscription_rel, now or when this
+ *	  backend last looked), looked at at the backend's first claim and after
+ *	  any change to pg_subscription or pg_subscription_rel (a subscription
+ *	  created, altered, disabled or dropped, a sequence copied).  The check
+ *	  reads the highest generation of idem_keys, a scan, so it is not made
+ *	  on every claim; a take-over's generation is moreover always above the
+ *	  row's, whatever the sequence says.
  *  - outbox ids: both tables have their id as primary key, so max(id) is
  *	  two index probes; each backend checks before its first stage, and
- *	  again after any change to pg_subscription (a subscription created,
- *	  altered, disabled or dropped: what a cut-over does), so a backend that
- *	  staged before its database became a subscriber (a cut back) checks
- *	  again.
+ *	  again after any change to pg_subscription or pg_subscription_rel, so a
+ *	  backend that staged before its database became a subscriber (a cut
+ *	  back), or before a copy of the sequences (19), checks again.
  *
  * Advancing never moves a sequence back: catch-ups are serialized by a
  * ShareUpdateExclusiveLock on the sequence (which nextval's
@@ -52,9 +67,13 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/genam.h"
+#include "access/skey.h"
+#include "catalog/pg_subscription_rel.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/lmgr.h"
+#include "utils/fmgroids.h"
 #include "utils/fmgrprotos.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -71,15 +90,59 @@ static IdemStatement max_outbox_id = {
 	0, {InvalidOid}
 };
 
-/* The outbox sequence this backend has checked, until pg_subscription changes. */
+/* The outbox sequence this backend has checked, until a subscription changes. */
 static Oid	outbox_sequence_checked = InvalidOid;
-static bool subscription_callback_registered = false;
+static bool subscription_callbacks_registered = false;
 
-/* A cut-over changes pg_subscription: check the outbox ids again. */
+/*
+ * Whether the generation sequence's subscription state is to be looked at
+ * (at the backend's first claim, and after a subscription changed), and
+ * whether it was subscribed when this backend last looked.
+ */
+static bool generations_look = true;
+static bool generations_were_subscribed = false;
+
+/*
+ * A cut-over changes pg_subscription; a copy of sequences (19) changes
+ * pg_subscription_rel: check again.
+ */
 static void
 subscriptions_changed(Datum arg, int cacheid, uint32 hashvalue)
 {
 	outbox_sequence_checked = InvalidOid;
+	generations_look = true;
+}
+
+static void
+register_subscription_callbacks(void)
+{
+	if (subscription_callbacks_registered)
+		return;
+	CacheRegisterSyscacheCallback(SUBSCRIPTIONOID, subscriptions_changed, (Datum) 0);
+	CacheRegisterSyscacheCallback(SUBSCRIPTIONRELMAP, subscriptions_changed, (Datum) 0);
+	subscription_callbacks_registered = true;
+}
+
+/*
+ * Whether a subscription lists sequence (PostgreSQL 19's FOR ALL
+ * SEQUENCES; never before 19): one probe of pg_subscription_rel's index.
+ */
+static bool
+sequence_is_subscribed(Oid sequence)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	bool		found;
+
+	rel = table_open(SubscriptionRelRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_subscription_rel_srrelid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(sequence));
+	scan = systable_beginscan(rel, SubscriptionRelSrrelidSrsubidIndexId, true, NULL, 1, &key);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
 }
 
 /* The sequence's position: the last value drawn, or 0 before the first. */
@@ -189,6 +252,23 @@ schema_sequence(Oid namespace, const char *name)
 
 /* See sequences.h. */
 bool
+idem_generations_subscribed(Oid namespace)
+{
+	bool		subscribed;
+	bool		check;
+
+	if (!generations_look)
+		return false;
+	register_subscription_callbacks();
+	subscribed = sequence_is_subscribed(schema_sequence(namespace, "idem_generation_seq"));
+	check = subscribed || generations_were_subscribed;
+	generations_were_subscribed = subscribed;
+	generations_look = false;
+	return check;
+}
+
+/* See sequences.h. */
+bool
 idem_generations_catch_up(Oid namespace, int64 generation)
 {
 	int64		highest = highest_generation(namespace);
@@ -207,11 +287,7 @@ idem_outbox_ids_catch_up(Oid namespace)
 
 	if (sequence == outbox_sequence_checked)
 		return;
-	if (!subscription_callback_registered)
-	{
-		CacheRegisterSyscacheCallback(SUBSCRIPTIONOID, subscriptions_changed, (Datum) 0);
-		subscription_callback_registered = true;
-	}
+	register_subscription_callbacks();
 	advance_past(sequence, single_value(&max_outbox_id, namespace));
 	outbox_sequence_checked = sequence;
 }

@@ -20,10 +20,19 @@
  * Is a generation just drawn not above every generation idem_keys holds?
  * Then the sequence is advanced past them and true returned: draw again.
  * Scans idem_keys (every row version); call it only when there is reason
- * to (a young sequence, a take-over of a row not below the value drawn).
+ * to (a young sequence, a take-over of a row not below the value drawn, a
+ * subscribed sequence).
  * Runs as the tables' owner (inside the direct table access).
  */
 extern bool idem_generations_catch_up(Oid namespace, int64 generation);
+
+/*
+ * Is the generation sequence to be checked because a subscription copies
+ * it (PostgreSQL 19), or did until the last subscription change?  Cheap
+ * (one catalog probe) and true at most once per backend and subscription
+ * change; claim.c then calls idem_generations_catch_up.
+ */
+extern bool idem_generations_subscribed(Oid namespace);
 
 /*
  * Before this backend's first stage (and its first after a change to

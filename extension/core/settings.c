@@ -50,6 +50,8 @@ int			idem_outbox_max_attempts = 6;
 bool		idem_outbox_archive = true;
 int			idem_inbox_backoff_base_ms = 1000;
 int			idem_inbox_backoff_max_ms = 60 * 1000;
+int			idem_inbox_attempts_per_session = 32;
+int			idem_inbox_attempts_per_role = 256;
 static char *outbox_backoff_string = NULL;
 
 /* The cleanup worker */
@@ -382,6 +384,22 @@ define_message_settings(void)
 							&idem_inbox_backoff_max_ms,
 							60 * 1000, 1, 24 * 60 * 60 * 1000,
 							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.inbox_attempts_per_session",
+							"Inbox attempts one session may have not accounted for at once (1 .. 1000).",
+							"Messages begun, or failures recorded, in its open transaction; its orphans are handed over to make room.",
+							&idem_inbox_attempts_per_session,
+							32, 1, 1000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.inbox_attempts_per_role",
+							"Inbox attempts one role may have not accounted for at once, over every session (1 .. 1000000).",
+							"At most a quarter of the registry (32 entries per connection slot) whatever the setting.",
+							&idem_inbox_attempts_per_role,
+							256, 1, 1000000,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 }
 

@@ -36,6 +36,8 @@ extern int	idem_outbox_max_attempts;
 extern bool idem_outbox_archive;
 extern int	idem_inbox_backoff_base_ms;
 extern int	idem_inbox_backoff_max_ms;
+extern int	idem_inbox_attempts_per_session;
+extern int	idem_inbox_attempts_per_role;
 extern ArrayType *idem_outbox_backoff_array(void);
 
 /* The cleanup worker */

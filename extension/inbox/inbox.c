@@ -20,17 +20,18 @@
  *
  * The attempt cap.  Everything begin writes rolls back with a failed
  * attempt, so a failure has to be recorded by a transaction that commits
- * on its own.  Three writers do it, all with the same statement (a plain
- * INSERT ... ON CONFLICT DO UPDATE of error_count, so a recording whose
- * transaction aborts counts nothing): idem_inbox_fail (after the rollback,
- * or after ROLLBACK TO a savepoint taken after begin); the consumer's own
- * backend for an attempt that aborted and was never recorded (at exit, or
- * at DISCARD ALL); and begin itself, which refuses to run a message whose
- * error_count has reached max_attempts and marks it dead.  Until then the
- * attempt holds a session-level lock on its message, so that concurrent
- * deliveries never start from a count that misses it: inbox_cap.c
- * keeps that registry and the paths that could lose an attempt, and
- * inbox_failure.c has the one recording statement.
+ * on its own.  Until it is, the attempt holds its message's entry in a
+ * registry in shared memory (inbox_registry.c), so that concurrent
+ * deliveries never start from a count that misses it; inbox_cap.c keeps
+ * this backend's attempts and the paths that could lose one, and
+ * inbox_failure.c has the one recording statement.  The writers:
+ * idem_inbox_fail (after the rollback, or after ROLLBACK TO a savepoint
+ * taken after begin); the consumer's own backend for an attempt that
+ * aborted and was never recorded (at exit); begin, which writes the
+ * failures a session handed over before it decides, and refuses to run a
+ * message whose error_count has reached max_attempts (marking it dead);
+ * and the cleanup worker, for failures handed over and not delivered
+ * again.
  *
  * Messages are scoped per role like keys (scope.c): a consumer sees only
  * its role's messages, plus those from before 0.3.0 (the shared scope).
@@ -75,8 +76,6 @@ PG_FUNCTION_INFO_V1(idem_inbox_retry);
 PG_FUNCTION_INFO_V1(idem_inbox_prune);
 PG_FUNCTION_INFO_V1(idem_inbox_message_done);
 
-/* Largest max_attempts accepted. */
-#define INBOX_MAX_ATTEMPTS		1000
 #define PRUNE_MAX_BATCH			1000000
 
 /* How often begin re-reads a message that changed under it. */
@@ -104,6 +103,13 @@ static IdemStatement start_attempt = {
 	"  AND (payload_hash IS NULL OR payload_hash = $2) AND error_count < $3"
 	" RETURNING error_count",
 	4, {BYTEAOID, BYTEAOID, INT4OID, OIDOID}
+};
+
+/* A message's state, count and current delay, for a fail that recorded nothing. */
+static IdemStatement read_row_delay = {
+	"SELECT state, error_count, retry_at - failed_at"
+	" FROM @extschema@.idem_inbox WHERE inbox_key = $1 AND scope = $2",
+	2, {BYTEAOID, OIDOID}
 };
 
 static IdemStatement read_message = {
@@ -189,7 +195,7 @@ message_key(FunctionCallInfo fcinfo, text **consumer, text **message_id)
  * that made it dead.  Caller is in SPI.
  */
 static void
-dead_letter(Oid namespace, HeapTuple row, TupleDesc desc, int first_column)
+dead_letter(Oid namespace, Oid scope, HeapTuple row, TupleDesc desc, int first_column)
 {
 	bool		isnull;
 	bool		error_null;
@@ -198,7 +204,7 @@ dead_letter(Oid namespace, HeapTuple row, TupleDesc desc, int first_column)
 	int32		error_count = DatumGetInt32(SPI_getbinval(row, desc, first_column + 2, &isnull));
 	Datum		last_error = SPI_getbinval(row, desc, first_column + 3, &error_null);
 
-	idem_outbox_stage_dead_letter(namespace, consumer, message_id, error_count,
+	idem_outbox_stage_dead_letter(namespace, scope, consumer, message_id, error_count,
 								  last_error, error_null);
 	idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
 }
@@ -239,9 +245,9 @@ message_scope(Oid namespace, bytea *key, Oid scope)
  * The decision of begin: write to take the message, and if that touched
  * nothing, read why.  Loops when the message changed in between.
  */
-static const char *
-begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *message_id,
-			  bytea *payload_hash, int32 max_attempts, int32 *seen_errors)
+static IdemInboxAnswer
+begin_message(Oid namespace, bytea *key, Datum scope, Oid caller_scope, text *consumer,
+			  text *message_id, bytea *payload_hash, int32 max_attempts)
 {
 	Datum		values[6];
 	Datum		take[4];
@@ -273,17 +279,10 @@ begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *mess
 
 		/* A first delivery; waits for an in-flight first delivery. */
 		if (idem_execute(&insert_message, namespace, values, NULL, false, 1) == 1)
-		{
-			*seen_errors = 0;
-			return "process";
-		}
-		/* A retry; waits for an in-flight attempt of the same message. */
+			return IDEM_INBOX_ANSWER_PROCESS;
+		/* A retry of a failed message. */
 		if (idem_execute(&start_attempt, namespace, take, NULL, false, 1) == 1)
-		{
-			*seen_errors = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
-													   SPI_tuptable->tupdesc, 1, &isnull));
-			return "process";
-		}
+			return IDEM_INBOX_ANSWER_PROCESS;
 
 		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
 			continue;			/* pruned, or its first delivery rolled back */
@@ -293,17 +292,17 @@ begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *mess
 		error_count = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
 
 		if (!same_payload(row, desc, 2, payload_hash))
-			return "mismatch";
+			return IDEM_INBOX_ANSWER_MISMATCH;
 		if (strcmp(state, "done") == 0)
-			return "duplicate";
+			return IDEM_INBOX_ANSWER_DUPLICATE;
 		if (strcmp(state, "dead") == 0)
-			return "dead";
+			return IDEM_INBOX_ANSWER_DEAD;
 		if (strcmp(state, "failed") == 0 && error_count >= max_attempts)
 		{
 			if (idem_execute(&dead_at_begin, namespace, take, NULL, false, 1) == 1)
 			{
-				dead_letter(namespace, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-				return "dead";
+				dead_letter(namespace, caller_scope, SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+				return IDEM_INBOX_ANSWER_DEAD;
 			}
 		}
 		else if (strcmp(state, "processing") == 0)
@@ -318,7 +317,54 @@ begin_message(Oid namespace, bytea *key, Datum scope, text *consumer, text *mess
 			 errmsg("could not begin inbox message: it changed concurrently %d times",
 					BEGIN_MAX_ROUNDS),
 			 errhint("The transaction might succeed if retried.")));
-	return NULL;				/* keep compiler quiet */
+	pg_unreachable();
+}
+
+/*
+ * Write the failures an adopted entry carried (a session that could not
+ * record them handed them over), before begin decides: the message may be
+ * dead by them.  Returns dead when it is (its dead letter staged), IDEM_INBOX_NOT_RECORDED
+ * otherwise.  Caller is in SPI.
+ */
+static IdemInboxAnswer
+adopt_failures(Oid namespace, const InboxHandOver *what, text *consumer, text *message_id,
+			   int32 adopted)
+{
+	int32		error_count;
+	Datum		retry_after;
+	IdemInboxAnswer recorded;
+
+	recorded = idem_inbox_record_failure(namespace, what, PointerGetDatum(consumer),
+										 PointerGetDatum(message_id), 0, adopted,
+										 CStringGetTextDatum(HANDED_OVER_ERROR),
+										 &error_count, &retry_after);
+	return recorded == IDEM_INBOX_ANSWER_DEAD ? recorded : IDEM_INBOX_NOT_RECORDED;
+}
+
+/*
+ * The registry entry of the message for this begin: taken (waiting for
+ * another session's attempt), or this session's own orphan of it, which
+ * it adopts; the failures that come with it.
+ */
+static int32
+take_message(const InboxHandOver *what, const bytea *key)
+{
+	InboxAttempt *mine = idem_inbox_find_attempt(what->scope, key);
+
+	if (mine != NULL && mine->open)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox message is already being processed in this transaction")));
+	if (mine != NULL && mine->recorded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the failure of the previous attempt at this inbox message is not committed yet"),
+				 errdetail("idem_inbox_fail recorded it earlier in this transaction."),
+				 errhint("Commit the transaction before beginning the message again.")));
+	/* Our own orphan: hand it over and take it back, failures and all. */
+	if (mine != NULL)
+		idem_inbox_hand_back(mine);
+	return idem_inbox_take(what);
 }
 
 /*
@@ -334,70 +380,83 @@ idem_inbox_begin(PG_FUNCTION_ARGS)
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
 	bytea	   *payload_hash = idem_digest_arg(fcinfo, 2, "payload_hash");
 	Oid			caller_scope = idem_current_scope();
+	InboxHandOver what;
 	Datum		scope;
 	int32		max_attempts;
-	int32		seen_errors = 0;
-	const char *outcome;
+	volatile int32 adopted = 0;
+	IdemInboxAnswer outcome;
 
 	idem_require_arg(fcinfo, 3, "max_attempts");
 	max_attempts = PG_GETARG_INT32(3);
-	if (max_attempts < 1 || max_attempts > INBOX_MAX_ATTEMPTS)
+	if (max_attempts < 1 || max_attempts > IDEM_INBOX_MAX_ATTEMPTS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max_attempts must be between 1 and %d", INBOX_MAX_ATTEMPTS),
+				 errmsg("max_attempts must be between 1 and %d", IDEM_INBOX_MAX_ATTEMPTS),
 				 errdetail("The max_attempts given is %d.", max_attempts)));
 	idem_require_served_schema(namespace);
 
-	if (idem_inbox_find_attempt(key, true) != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("inbox message is already being processed in this transaction")));
-	if (idem_inbox_find_attempt(key, false) != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the previous attempt at this inbox message was not accounted for"),
-				 errdetail("An attempt begun in this session rolled back without idem_inbox_fail, or its recorded failure is not committed yet."),
-				 errhint("Call idem_inbox_fail for the failed attempt and commit before beginning the message again.")));
-
-	idem_inbox_register_callbacks();
 	/* The message's row scope: the caller's, or shared (from before 0.3.0). */
 	SPI_connect();
 	scope = message_scope(namespace, key, caller_scope);
 	SPI_finish();
-	idem_inbox_lock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
+	idem_inbox_describe(&what, DatumGetObjectId(scope), key, caller_scope, consumer, message_id);
+	what.max_attempts = max_attempts;
+	what.has_payload_hash = true;
+	memcpy(what.payload_hash, VARDATA_ANY(payload_hash), IDEM_DIGEST_LEN);
+
+	adopted = take_message(&what, key);
 	PG_TRY();
 	{
 		SPI_connect();
-		outcome = begin_message(namespace, key, scope, consumer, message_id, payload_hash,
-								max_attempts, &seen_errors);
-		if (strcmp(outcome, "process") == 0)
-		{
-			/* The attempt keeps the lock; it is released once accounted for. */
-			idem_inbox_remember(namespace, key, DatumGetObjectId(scope), consumer, message_id,
-								payload_hash, max_attempts, seen_errors);
-		}
+		outcome = adopted > 0 ? adopt_failures(namespace, &what, consumer, message_id, adopted) : IDEM_INBOX_NOT_RECORDED;
+		if (outcome == IDEM_INBOX_NOT_RECORDED)
+			outcome = begin_message(namespace, key, scope, caller_scope, consumer, message_id,
+									payload_hash, max_attempts);
 		SPI_finish();
 	}
 	PG_CATCH();
 	{
-		idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
+		idem_inbox_registry_hand_over(what.scope, what.key, adopted);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
-	if (strcmp(outcome, "process") == 0)
+	/*
+	 * An attempt keeps the entry until it is accounted for; so does a begin
+	 * that wrote adopted failures, until they commit.
+	 */
+	if (outcome == IDEM_INBOX_ANSWER_PROCESS || adopted > 0)
+		(void) idem_inbox_remember(namespace, &what, consumer, message_id, adopted,
+								   outcome == IDEM_INBOX_ANSWER_PROCESS);
+
+	if (outcome == IDEM_INBOX_ANSWER_PROCESS)
 	{
 		idem_count(IDEM_STAT_INBOX_PROCESS, 1);
-		PG_RETURN_TEXT_P(cstring_to_text(outcome));
+		PG_RETURN_TEXT_P(cstring_to_text(idem_inbox_answers[outcome]));
 	}
-	idem_inbox_unlock(DatumGetObjectId(scope), (const uint8 *) VARDATA_ANY(key));
-	if (strcmp(outcome, "duplicate") == 0)
+	if (adopted == 0)
+		idem_inbox_registry_release(what.scope, what.key);
+	if (outcome == IDEM_INBOX_ANSWER_DUPLICATE)
 		idem_count(IDEM_STAT_INBOX_DUPLICATE, 1);
-	else if (strcmp(outcome, "dead") == 0)
+	else if (outcome == IDEM_INBOX_ANSWER_DEAD)
 		idem_count(IDEM_STAT_INBOX_DEAD, 1);
 	else
 		idem_count(IDEM_STAT_INBOX_MISMATCH, 1);
-	PG_RETURN_TEXT_P(cstring_to_text(outcome));
+	PG_RETURN_TEXT_P(cstring_to_text(idem_inbox_answers[outcome]));
+}
+
+/* This transaction's attempt at a message, for done: the caller's scope only. */
+static InboxAttempt *
+running_attempt(Oid namespace, const bytea *key)
+{
+	InboxAttempt *attempt = idem_inbox_my_attempt(idem_current_scope(), key);
+
+	if (attempt == NULL || !attempt->open || !attempt->ran)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox message was not begun in this transaction"),
+				 errhint("Call idem_inbox_done in the transaction whose idem_inbox_begin answered process.")));
+	return attempt;
 }
 
 /*
@@ -411,18 +470,12 @@ idem_inbox_done(PG_FUNCTION_ARGS)
 	text	   *consumer;
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
-	InboxAttempt *attempt = idem_inbox_find_attempt(key, true);
+	InboxAttempt *attempt = running_attempt(namespace, key);
 	Datum		values[2];
 	int			n;
 
-	if (attempt == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("inbox message was not begun in this transaction"),
-				 errhint("Call idem_inbox_done in the transaction whose idem_inbox_begin answered process.")));
-
 	values[0] = PointerGetDatum(key);
-	values[1] = ObjectIdGetDatum(attempt->scope);
+	values[1] = ObjectIdGetDatum(attempt->what.scope);
 	SPI_connect();
 	n = idem_execute(&mark_done, namespace, values, NULL, false, 1);
 	SPI_finish();
@@ -436,12 +489,108 @@ idem_inbox_done(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The attempt a fail accounts for, and how many failures it records: this
+ * session's own (its run, with begin's write in effect: the savepoint
+ * protocol; or an orphan, with all it carries), or, without one, the
+ * message's registry entry taken here (waiting for another session's
+ * attempt): the failures handed over with it, or one.
+ */
+static InboxAttempt *
+failing_attempt(Oid namespace, const bytea *key, Oid caller_scope, text *consumer,
+				text *message_id, int32 *failures)
+{
+	InboxAttempt *known = idem_inbox_my_attempt(caller_scope, key);
+	InboxHandOver what;
+	Datum		scope;
+	volatile int32 adopted;
+	InboxAttempt *attempt = NULL;
+
+	if (known != NULL && known->recorded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the failure of this inbox attempt is already recorded"),
+				 errdetail("idem_inbox_fail was called for it earlier in this transaction."),
+				 errhint("Commit the transaction.")));
+	if (known != NULL && known->open && !known->ran)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox message was not begun in this transaction"),
+				 errdetail("idem_inbox_begin did not answer process for it.")));
+	if (known != NULL && idem_inbox_reclaim(known))
+	{
+		*failures = known->open ? 1 : known->uncounted;
+		return known;
+	}
+	if (known != NULL)
+	{
+		/* Adopted by another delivery, which writes its failures. */
+		*failures = 0;
+		return NULL;
+	}
+
+	SPI_connect();
+	scope = message_scope(namespace, (bytea *) key, caller_scope);
+	SPI_finish();
+	idem_inbox_describe(&what, DatumGetObjectId(scope), key, caller_scope, consumer, message_id);
+	adopted = idem_inbox_take(&what);
+	PG_TRY();
+	{
+		attempt = idem_inbox_remember(namespace, &what, consumer, message_id, 0, false);
+		attempt->open = false;
+		attempt->uncounted = adopted;
+		attempt->started_at = 0;	/* no attempt of this session */
+	}
+	PG_CATCH();
+	{
+		idem_inbox_registry_hand_over(what.scope, what.key, adopted);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	*failures = adopted > 0 ? adopted : 1;
+	return attempt;
+}
+
+/*
+ * What fail answers when it recorded nothing: duplicate (the message is
+ * done), dead, or retry with the message's count and delay as they stand
+ * (another delivery adopted the attempt and writes its failures).  Caller
+ * is in SPI.
+ */
+static IdemInboxAnswer
+answer_from_row(Oid namespace, bytea *key, Oid caller_scope, int32 *error_count,
+				Datum *retry_after)
+{
+	Datum		read[2];
+	HeapTuple	row;
+	TupleDesc	desc;
+	bool		isnull;
+	char	   *state;
+
+	read[0] = PointerGetDatum(key);
+	read[1] = message_scope(namespace, key, caller_scope);
+	if (idem_execute(&read_row_delay, namespace, read, NULL, false, 1) == 0)
+		elog(ERROR, "inbox message vanished while its failure was recorded");
+	row = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+	state = TextDatumGetCString(SPI_getbinval(row, desc, 1, &isnull));
+	*error_count = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+	if (strcmp(state, "done") == 0)
+		return IDEM_INBOX_ANSWER_DUPLICATE;
+	if (strcmp(state, "dead") == 0)
+		return IDEM_INBOX_ANSWER_DEAD;
+	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
+	if (isnull)
+		*retry_after = (Datum) 0;
+	return IDEM_INBOX_ANSWER_RETRY;
+}
+
+/*
  * idem_inbox_fail(consumer, message_id, error): record a failed attempt
  * after its transaction rolled back (or after ROLLBACK TO a savepoint
  * taken after begin).  retry with the delay before the next attempt, or
  * dead at the cap (with its dead-letter event staged); duplicate if the
  * message was processed by another delivery meanwhile.  The attempt stays
- * this session's (and keeps the message locked) until this transaction
+ * this session's (and keeps the message's entry) until this transaction
  * commits: if it aborts, or the connection drops first, the attempt is an
  * orphan again and is still counted.
  */
@@ -453,53 +602,33 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	text	   *consumer;
 	text	   *message_id;
 	bytea	   *key = message_key(fcinfo, &consumer, &message_id);
-	InboxAttempt *known;
+	InboxAttempt *attempt;
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, false, true};
-	const char *outcome;
+	IdemInboxAnswer outcome;
+	int32		failures;
 	int32		error_count = 0;
 	Datum		retry_after = (Datum) 0;
-	Datum		scope;
 	HeapTuple	tuple;
+	Oid			caller_scope = idem_current_scope();
 
 	idem_require_arg(fcinfo, 2, "error");
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	idem_require_served_schema(namespace);
 
-	/* What this backend knows of the attempt: open (savepoint protocol) or orphaned. */
-	known = idem_inbox_find_attempt(key, true);
-	if (known == NULL)
-		known = idem_inbox_find_attempt(key, false);
-	if (known != NULL && known->recorded)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the failure of this inbox attempt is already recorded"),
-				 errdetail("idem_inbox_fail was called for it earlier in this transaction."),
-				 errhint("Commit the transaction.")));
-
+	attempt = failing_attempt(namespace, key, caller_scope, consumer, message_id, &failures);
 	SPI_connect();
-	scope = known != NULL ? ObjectIdGetDatum(known->scope) :
-		message_scope(namespace, key, idem_current_scope());
-	outcome = idem_inbox_record_failure(namespace, key, scope, PointerGetDatum(consumer),
-										PointerGetDatum(message_id), known,
-										PG_GETARG_DATUM(2), false,
-										&error_count, &retry_after);
-	if (outcome == NULL)
-	{
-		Datum		read[2] = {PointerGetDatum(key), scope};
-		bool		isnull;
-
-		if (idem_execute(&read_message, namespace, read, NULL, false, 1) == 0)
-			elog(ERROR, "inbox message vanished while its failure was recorded");
-		outcome = strcmp(TextDatumGetCString(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-														   1, &isnull)), "done") == 0 ?
-			"duplicate" : "dead";
-		error_count = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
-	}
-	if (known != NULL)
-		idem_inbox_mark_recorded(known);
+	outcome = attempt == NULL ? IDEM_INBOX_NOT_RECORDED :
+		idem_inbox_record_failure(namespace, &attempt->what, PointerGetDatum(consumer),
+								  PointerGetDatum(message_id), attempt->started_at,
+								  failures, PG_GETARG_DATUM(2),
+								  &error_count, &retry_after);
+	if (outcome == IDEM_INBOX_NOT_RECORDED)
+		outcome = answer_from_row(namespace, key, caller_scope, &error_count, &retry_after);
+	if (attempt != NULL)
+		idem_inbox_mark_recorded(attempt);
 	if (retry_after != (Datum) 0)
 	{
 		MemoryContext old = MemoryContextSwitchTo(outer);
@@ -511,7 +640,7 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	/* Made after SPI_finish, which frees what was allocated inside SPI. */
-	result[0] = CStringGetTextDatum(outcome);
+	result[0] = CStringGetTextDatum(idem_inbox_answers[outcome]);
 	result[1] = Int32GetDatum(error_count);
 	tuple = heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
@@ -519,7 +648,9 @@ idem_inbox_fail(PG_FUNCTION_ARGS)
 
 /*
  * idem_inbox_retry(consumer, message_id): revive a dead message on
- * purpose, with a fresh count of attempts; false if it is not dead.
+ * purpose, with a fresh count of attempts, in every scope (an
+ * administrator's function: idem_admin revives any role's message); false
+ * if none is dead.
  */
 Datum
 idem_inbox_retry(PG_FUNCTION_ARGS)
@@ -533,11 +664,11 @@ idem_inbox_retry(PG_FUNCTION_ARGS)
 
 	values[0] = PointerGetDatum(key);
 	SPI_connect();
-	n = idem_execute(&revive_message, namespace, values, NULL, false, 1);
+	n = idem_execute(&revive_message, namespace, values, NULL, false, 0);
 	SPI_finish();
-	if (n == 1)
-		idem_count(IDEM_STAT_INBOX_REVIVED, 1);
-	PG_RETURN_BOOL(n == 1);
+	if (n > 0)
+		idem_count(IDEM_STAT_INBOX_REVIVED, n);
+	PG_RETURN_BOOL(n > 0);
 }
 
 /*

@@ -1,13 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * inbox_failure.c
- *	  Recording a failed inbox attempt: the one statement every path that
- *	  counts a failure uses (idem_inbox_fail, and an orphaned attempt at
- *	  session exit or DISCARD ALL: inbox_cap.c).
+ *	  Recording failed inbox attempts: the one statement every path that
+ *	  counts a failure uses (idem_inbox_fail, begin adopting failures a
+ *	  session handed over, an orphan at session exit, the cleanup worker:
+ *	  inbox_cap.c).
  *
  * A plain INSERT ... ON CONFLICT DO UPDATE of error_count, so a recording
  * whose transaction aborts counts nothing, and the cap is reached by the
- * same arithmetic whichever path records.  Reaching it marks the message
+ * same arithmetic whichever path records.  Only the holder of the
+ * message's registry entry records, so no failure is counted twice.  Reaching it marks the message
  * dead and stages its dead-letter event in the outbox, in the same
  * transaction.
  *
@@ -28,16 +30,25 @@
 
 /* Parameters of the failure recording (see record_failure). */
 #define RECORD_ARGS {BYTEAOID, TEXTOID, TEXTOID, BYTEAOID, INT4OID, TEXTOID, \
-					 TIMESTAMPTZOID, INT4OID, INTERVALOID, INTERVALOID, OIDOID}
+					 TIMESTAMPTZOID, INT4OID, FLOAT8OID, FLOAT8OID, OIDOID}
 
 /*
- * Record one failed attempt: $1 key, $2 consumer, $3 message_id, $4
- * payload hash and $5 max_attempts (both NULL when unknown), $6 error, $7
- * when the attempt started, $8 the error_count the attempt began from (a
- * guard, NULL for none), $9/$10 the backoff base and cap, $11 the
- * message's scope.  One
- * clock_timestamp() for failed_at and retry_at, so retry_at - failed_at
- * is the delay exactly.
+ * The retry delay after a message's n-th failure: idem.inbox_backoff_base
+ * doubled n - 1 times, at most idem.inbox_backoff_max ($9, $10 in ms).
+ * Computed in float8 with the exponent capped, so that every value of the
+ * two settings (1 ms .. 1 day) gives a delay at any count: the interval
+ * arithmetic overflowed past 2^27 days.
+ */
+#define RETRY_DELAY(n) \
+	"make_interval(secs => least($9 * power(2::float8, least((" n ") - 1, 62)), $10) / 1000.0)"
+
+/*
+ * Record failed attempts: $1 key, $2 consumer, $3 message_id, $4 payload
+ * hash and $5 max_attempts (both NULL when unknown), $6 error, $7 when
+ * the attempt started (NULL: unknown), $8 how many failures, $9/$10 the
+ * backoff base and cap, $11 the message's scope.  One clock_timestamp()
+ * for failed_at and retry_at, so retry_at - failed_at is the delay
+ * exactly.
  */
 static IdemStatement record_failure = {
 	"WITH now AS (SELECT clock_timestamp() AS t)"
@@ -46,38 +57,37 @@ static IdemStatement record_failure = {
 	"  error_count, last_error, received_at, attempt_started_at, failed_at,"
 	"  retry_at, dead_at, scope)"
 	" SELECT $1, $2, $3, $4,"
-	"  CASE WHEN 1 >= $5 THEN 'dead' ELSE 'failed' END, $5, 1, $6, now.t, $7, now.t,"
-	"  CASE WHEN 1 >= $5 THEN NULL ELSE now.t + least($9, $10) END,"
-	"  CASE WHEN 1 >= $5 THEN now.t END, $11"
+	"  CASE WHEN $8 >= $5 THEN 'dead' ELSE 'failed' END, $5, $8, $6, now.t, $7, now.t,"
+	"  CASE WHEN $8 >= $5 THEN NULL ELSE now.t + " RETRY_DELAY("$8") " END,"
+	"  CASE WHEN $8 >= $5 THEN now.t END, $11"
 	" FROM now"
 	" ON CONFLICT (inbox_key, scope) DO UPDATE SET"
-	"  error_count = m.error_count + 1,"
+	"  error_count = m.error_count + $8,"
 	"  last_error = excluded.last_error,"
 	"  attempt_started_at = coalesce(excluded.attempt_started_at, m.attempt_started_at),"
 	"  failed_at = excluded.failed_at,"
-	"  state = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
+	"  state = CASE WHEN m.error_count + $8 >= coalesce(m.max_attempts, $5)"
 	"   THEN 'dead' ELSE 'failed' END,"
-	"  dead_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5)"
+	"  dead_at = CASE WHEN m.error_count + $8 >= coalesce(m.max_attempts, $5)"
 	"   THEN excluded.failed_at END,"
-	"  retry_at = CASE WHEN m.error_count + 1 >= coalesce(m.max_attempts, $5) THEN NULL"
-	"   ELSE excluded.failed_at"
-	"    + least($9 * power(2, least(m.error_count, 30))::float8, $10) END"
+	"  retry_at = CASE WHEN m.error_count + $8 >= coalesce(m.max_attempts, $5) THEN NULL"
+	"   ELSE excluded.failed_at + " RETRY_DELAY("m.error_count + $8") " END"
 	" WHERE m.state IN ('failed', 'processing')"
-	"  AND ($8::integer IS NULL OR m.error_count = $8)"
 	" RETURNING m.state, m.error_count, m.retry_at - m.failed_at, m.last_error",
 	11, RECORD_ARGS
 };
 
 /*
- * Record one failed attempt (fail, or an orphan with guarded = true).
- * Returns "retry" or "dead", or NULL when nothing was recorded: the
- * message is done or dead by now, or gone (or, guarded, its count moved:
- * recorded elsewhere).  Caller is in SPI.
+ * Record failures of the message what describes (begin's failed attempt,
+ * or failures adopted or handed over): failures of them at once.  Returns
+ * retry or dead, or IDEM_INBOX_NOT_RECORDED when nothing was recorded: the message is
+ * done or dead by now.  A dead letter goes to the scope of the role that
+ * began the attempt.  Caller is in SPI.
  */
-const char *
-idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer,
-						  Datum message_id, InboxAttempt *known, Datum error,
-						  bool guarded, int32 *error_count, Datum *retry_after)
+IdemInboxAnswer
+idem_inbox_record_failure(Oid namespace, const InboxHandOver *what, Datum consumer,
+						  Datum message_id, TimestampTz started_at, int32 failures,
+						  Datum error, int32 *error_count, Datum *retry_after)
 {
 	Datum		values[11];
 	char		nulls[11];
@@ -88,29 +98,30 @@ idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer
 	Datum		last_error;
 	char	   *state;
 
+	Assert(failures > 0);
 	memset(nulls, ' ', sizeof(nulls));
-	values[0] = PointerGetDatum(key);
+	values[0] = PointerGetDatum(idem_digest_bytea(what->key));
 	values[1] = consumer;
 	values[2] = message_id;
-	values[5] = error;
-	values[8] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_base_ms));
-	values[9] = IntervalPGetDatum(idem_ms_interval(idem_inbox_backoff_max_ms));
-	values[10] = scope;
-	if (known != NULL)
-	{
-		values[3] = PointerGetDatum(idem_digest_bytea(known->payload_hash));
-		values[4] = Int32GetDatum(known->max_attempts);
-		values[6] = TimestampTzGetDatum(known->started_at);
-		values[7] = Int32GetDatum(known->seen_errors);
-		if (!guarded)
-			nulls[7] = 'n';
-	}
+	if (what->has_payload_hash)
+		values[3] = PointerGetDatum(idem_digest_bytea(what->payload_hash));
 	else
-		nulls[3] = nulls[4] = nulls[6] = nulls[7] = 'n';
+		nulls[3] = 'n';
+	values[4] = Int32GetDatum(what->max_attempts);
+	if (what->max_attempts <= 0)
+		nulls[4] = 'n';
+	values[5] = error;
+	values[6] = TimestampTzGetDatum(started_at);
+	if (started_at == 0)
+		nulls[6] = 'n';
+	values[7] = Int32GetDatum(failures);
+	values[8] = Float8GetDatum((double) idem_inbox_backoff_base_ms);
+	values[9] = Float8GetDatum((double) idem_inbox_backoff_max_ms);
+	values[10] = ObjectIdGetDatum(what->scope);
 
-	/* Not failed nor processing: done or dead by now, or gone. */
+	/* Not failed nor processing: done or dead by now. */
 	if (idem_execute(&record_failure, namespace, values, nulls, false, 1) == 0)
-		return NULL;
+		return IDEM_INBOX_NOT_RECORDED;
 
 	row = SPI_tuptable->vals[0];
 	desc = SPI_tuptable->tupdesc;
@@ -121,12 +132,12 @@ idem_inbox_record_failure(Oid namespace, bytea *key, Datum scope, Datum consumer
 		/* Read before the call: its arguments' order is unspecified. */
 		last_error = SPI_getbinval(row, desc, 4, &error_null);
 		*retry_after = (Datum) 0;
-		idem_outbox_stage_dead_letter(namespace, consumer, message_id, *error_count,
-									  last_error, error_null);
+		idem_outbox_stage_dead_letter(namespace, what->caller_scope, consumer, message_id,
+									  *error_count, last_error, error_null);
 		idem_count(IDEM_STAT_INBOX_DEAD_LETTERED, 1);
-		return "dead";
+		return IDEM_INBOX_ANSWER_DEAD;
 	}
 	*retry_after = SPI_getbinval(row, desc, 3, &isnull);
 	idem_count(IDEM_STAT_INBOX_RETRY, 1);
-	return "retry";
+	return IDEM_INBOX_ANSWER_RETRY;
 }

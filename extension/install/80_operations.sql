@@ -11,7 +11,8 @@
 -- parameters and one more, defaulted, would make "idem_stats()" ambiguous
 -- and this script fail.  So the function is created under a name nobody
 -- can have guessed, the view is defined over it, and only then is it
--- renamed (a view refers to its functions by OID).
+-- renamed (a view refers to its functions by OID).  (The definition is
+-- written out, not formatted, so that the SQL edition's build finds it.)
 DO $stats_view$
 DECLARE
     hidden CONSTANT text := pg_catalog.format('idem_stats_%s',
@@ -19,8 +20,8 @@ DECLARE
 BEGIN
     EXECUTE pg_catalog.format(
         'CREATE FUNCTION @extschema@.%I(OUT counter pg_catalog.text, OUT value pg_catalog.int8,'
-        ' OUT stats_reset pg_catalog.timestamptz) RETURNS SETOF pg_catalog.record'
-        ' AS %L, %L LANGUAGE C VOLATILE', hidden, 'MODULE_PATHNAME', 'idem_stats');
+        ' OUT stats_reset pg_catalog.timestamptz) RETURNS SETOF pg_catalog.record %s', hidden,
+        $definition$ AS 'MODULE_PATHNAME', 'idem_stats' LANGUAGE C VOLATILE $definition$);
     EXECUTE pg_catalog.format('CREATE VIEW @extschema@.idem_stats AS'
                               ' SELECT * FROM @extschema@.%I() AS idem_stats', hidden);
     EXECUTE pg_catalog.format('ALTER FUNCTION @extschema@.%I() RENAME TO idem_stats', hidden);
@@ -34,6 +35,16 @@ RETURNS timestamptz
 AS 'MODULE_PATHNAME', 'idem_stats_reset'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_stats_reset() IS 'zero every pg_idem counter';
+
+-- Which edition answers: 'c' (this library) or 'sql' (the SQL edition,
+-- docs/guides/managed-postgresql.md), so that a client's first-use check
+-- can say which it found.
+CREATE FUNCTION idem_edition()
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_edition'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+COMMENT ON FUNCTION idem_edition() IS
+    'the edition of pg_idem: c (the C library) or sql (the SQL edition)';
 
 CREATE FUNCTION idem_evict(cache_key bytea)
 RETURNS boolean

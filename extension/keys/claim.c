@@ -169,10 +169,11 @@ generation_base(void)
  * which is not defined during recovery.
  *
  * After a logical-replication cut-over the sequence starts below the
- * replicated generations (core/sequences.c): while it is young, or when
- * the row taken over is not below the value drawn, the sequence is caught
- * up and the value drawn again.  A take-over's generation is above the
- * row's in any case, so the new owner passes every fence the old one set.
+ * replicated generations (core/sequences.c): while it is young, when the
+ * row taken over is not below the value drawn, or once a subscription
+ * copies it (19), the sequence is caught up and the value drawn again.  A
+ * take-over's generation is above the row's in any case, so the new owner
+ * passes every fence the old one set.
  */
 static int64
 next_generation(KeyTable *table, const KeyRow *row)
@@ -180,7 +181,8 @@ next_generation(KeyTable *table, const KeyRow *row)
 	int64		sequence_value = key_table_next_generation(table);
 	int64		generation = sequence_value + generation_base();
 
-	if ((sequence_value <= IDEM_YOUNG_SEQUENCE || generation <= row->generation) &&
+	if ((sequence_value <= IDEM_YOUNG_SEQUENCE || generation <= row->generation ||
+		 idem_generations_subscribed(direct_namespace(table))) &&
 		idem_generations_catch_up(direct_namespace(table), generation))
 		generation = key_table_next_generation(table) + generation_base();
 	return Max(generation, row->generation + 1);

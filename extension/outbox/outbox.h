@@ -34,9 +34,11 @@ extern int64 idem_outbox_stage_event(Oid namespace, text *topic, Jsonb *payload,
 
 /*
  * Stage the dead-letter event of an inbox message in the outbox, in the
- * current transaction; the caller is connected to SPI.
+ * current transaction, in the scope of the role that began the attempt
+ * (which may not be the caller: the cleanup worker records attempts that
+ * sessions handed over); the caller is connected to SPI.
  */
-extern void idem_outbox_stage_dead_letter(Oid namespace, Datum consumer,
+extern void idem_outbox_stage_dead_letter(Oid namespace, Oid scope, Datum consumer,
 										  Datum message_id, int32 error_count,
 										  Datum last_error, bool last_error_null);
 

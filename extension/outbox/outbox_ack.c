@@ -255,7 +255,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		result[3];
 	bool		resnull[3] = {false, true, true};
-	const char *outcome = "stale";
+	IdemNackOutcome outcome = IDEM_NACK_STALE;
 	Drain		drain;
 
 	idem_require_arg(fcinfo, 0, "token");
@@ -294,12 +294,12 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		resnull[1] = false;
 		if (is_dead)
 		{
-			outcome = "dead";
+			outcome = IDEM_NACK_DEAD;
 			idem_count(IDEM_STAT_OUTBOX_DEAD, 1);
 		}
 		else
 		{
-			outcome = "retry";
+			outcome = IDEM_NACK_RETRY;
 			result[2] = IntervalPGetDatum(backoff);
 			resnull[2] = false;
 			idem_count(IDEM_STAT_OUTBOX_NACKED, 1);
@@ -309,9 +309,9 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		break;
 	}
 	direct_close(drain.queue);
-	if (strcmp(outcome, "stale") == 0)
+	if (outcome == IDEM_NACK_STALE)
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);
 
-	result[0] = CStringGetTextDatum(outcome);
+	result[0] = CStringGetTextDatum(idem_nack_outcomes[outcome]);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), result, resnull)));
 }

@@ -174,10 +174,9 @@ stage_row(DirectTable *queue, text *topic, Datum payload, bool json_payload, tex
  * payload goes to.  Wakes drainers at commit.
  */
 static int64
-insert_event(Oid namespace, text *topic, Datum payload, bool json_payload,
+insert_event(Oid namespace, Oid scope, text *topic, Datum payload, bool json_payload,
 			 text *key, Jsonb *headers, Interval *delay)
 {
-	Oid			scope = idem_current_scope();
 	DirectTable *queue;
 	int64		id;
 
@@ -208,7 +207,7 @@ idem_outbox_stage_event(Oid namespace, text *topic, Jsonb *payload, text *key,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", topic == NULL ? "topic" : "payload"),
 				 errdetail("An outbox event needs a topic and a payload.")));
-	return insert_event(namespace, topic, JsonbPGetDatum(payload), true, key,
+	return insert_event(namespace, idem_current_scope(), topic, JsonbPGetDatum(payload), true, key,
 						headers, delay);
 }
 
@@ -231,7 +230,8 @@ stage_common(FunctionCallInfo fcinfo, bool json_payload)
 	key = PG_ARGISNULL(2) ? NULL : PG_GETARG_TEXT_PP(2);
 	headers = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	delay = idem_outbox_interval_arg(fcinfo, 4, "delay");
-	PG_RETURN_INT64(insert_event(idem_function_namespace(fcinfo), topic,
+	PG_RETURN_INT64(insert_event(idem_function_namespace(fcinfo),
+								 idem_current_scope(), topic,
 								 PG_GETARG_DATUM(1), json_payload,
 								 key, headers, delay));
 }
@@ -395,11 +395,11 @@ append_json_text(StringInfo buf, Datum value)
 }
 
 /*
- * Stage an inbox message's dead-letter event (through
- * idem_outbox_stage_event); the caller is in SPI.
+ * Stage an inbox message's dead-letter event in scope; the caller is in
+ * SPI.
  */
 void
-idem_outbox_stage_dead_letter(Oid namespace, Datum consumer, Datum message_id,
+idem_outbox_stage_dead_letter(Oid namespace, Oid scope, Datum consumer, Datum message_id,
 							  int32 error_count, Datum last_error, bool last_error_null)
 {
 	StringInfoData json;
@@ -417,6 +417,6 @@ idem_outbox_stage_dead_letter(Oid namespace, Datum consumer, Datum message_id,
 		append_json_text(&json, last_error);
 	appendStringInfoChar(&json, '}');
 	payload = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(json.data)));
-	(void) idem_outbox_stage_event(namespace, cstring_to_text(IDEM_INBOX_DEAD_TOPIC),
-								   payload, NULL, NULL, NULL);
+	(void) insert_event(namespace, scope, cstring_to_text(IDEM_INBOX_DEAD_TOPIC),
+						JsonbPGetDatum(payload), true, NULL, NULL, NULL);
 }

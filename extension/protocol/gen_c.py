@@ -1,7 +1,7 @@
-"""The extension's C: outcomes, SQLSTATEs, attempt transitions, row states."""
+"""The extension's C: outcomes, SQLSTATEs, attempt transitions, row states,
+the inbox's answers and the nack outcomes (messaging.py)."""
 
-import json
-
+import messaging
 from model import NOTE, attempt_states, c_string, split_state, upper
 
 
@@ -11,7 +11,8 @@ def gen_c_header(p):
         "/*-------------------------------------------------------------------------",
         " *",
         " * protocol.h",
-        " *\t  Claim outcomes and the attempts' state machine (protocol.c).",
+        " *\t  Claim outcomes, the attempts' state machine, the rows' states, the",
+        " *\t  inbox's answers and the outbox's nack outcomes (protocol.c).",
         " *",
         " * " + NOTE,
         " *",
@@ -94,7 +95,7 @@ def gen_c_header(p):
         "#define IDEM_ATTEMPT_TRANSITIONS_TEXT %s" % c_string(", ".join(
             "%s -> %s" % (t["from"], t["to"]) for t in p["attempt_transition"])),
         "",
-    ] + c_state_names(p) + [
+    ] + c_state_names(p) + messaging.c_header(p) + [
         "#endif\t\t\t\t\t\t\t/* IDEM_CORE_PROTOCOL_H */",
         "",
     ]
@@ -139,7 +140,7 @@ def gen_c_source(p):
             lines.append("\t[IDEM_%s_%s] = IDEM_%s_%s_NAME," % (
                 upper(r["name"]), upper(x["name"]), upper(r["name"]), upper(x["name"])))
         lines += ["};", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + messaging.c_source(p))
 
 
 def c_state_names(p):

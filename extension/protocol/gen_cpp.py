@@ -1,7 +1,7 @@
-"""The C++ client's idem/protocol.hpp."""
+"""The C++ client's idem/protocol.hpp (with limits.py's and messaging.py's parts)."""
 
-import json
-
+import limits
+import messaging
 from model import NOTE, attempt_states, c_string, storage_rules
 
 
@@ -42,7 +42,7 @@ def gen_cpp(p):
     L += ["};", "", "// What the winner does with its handler's response.", "enum class storage_action", "{"]
     for a in ("finalize", "release", "fail"):
         L.append("    %s," % a)
-    L += ["};", ""] + cpp_protocol_tables(p)
+    L += ["};", ""] + messaging.cpp_types(p) + cpp_protocol_tables(p)
     return "\n".join(L)
 
 
@@ -124,7 +124,7 @@ def cpp_protocol_tables(p):
         L.append("    {%s, action::%s, problem::%s, %s, outcome::%s}," % (
             c_string(o["name"]), o["client"], pb or p["problem"][0]["name"],
             "true" if pb else "false", o.get("result", "failed")))
-    L += ["}};", "",
+    L += ["}};", "", *limits.cpp(p), "",
           "inline server_outcome parse_server_outcome(std::string_view name) noexcept",
           "{",
           "    for (std::size_t i = 0; i < outcomes.size(); ++i)",
@@ -163,7 +163,7 @@ def cpp_protocol_tables(p):
             L.append("    if (http_status >= %d && http_status <= %d)" % (lo, hi))
         L.append("        return storage_action::%s;" % a)
     L += ["    return storage_action::%s;" % p["storage"]["default"], "}", ""]
-    L += cpp_client_rules(p)
+    L += cpp_client_rules(p) + messaging.cpp_protocol(p)
     L += ["}  // namespace protocol", "}  // namespace idem", ""]
     return L
 
@@ -178,7 +178,7 @@ def cpp_client_rules(p):
     """What the runner decides as the other clients do: the events' names,
     the namespace, its defaults, the replay headers, the metrics, and the
     attempts' statuses the reconciler reads back from the server."""
-    c, d, lim = p["client"], p["client"]["defaults"], p["client"]["limits"]
+    d, lim = p["client"]["defaults"], p["client"]["limits"]
     rh, m = p["replay_headers"], p["metrics"]
     ms = lambda v: "std::chrono::milliseconds{%d}" % v
     L = ["inline constexpr std::size_t event_count = %d;" % len(p["event"]), "",

@@ -3,6 +3,8 @@ regression tests of the key vectors and the row states."""
 
 import json
 
+import limits
+import messaging
 from model import NOTE, attempt_states, cache_key, classify_status, namespaced, table_states
 
 
@@ -44,6 +46,8 @@ def gen_conformance(p):
         "replay_headers": replay_header_vectors(p),
         "events": [e["name"] for e in p["event"]],
         "metrics": {k: p["metrics"][k] for k in ("requests", "events")},
+        **limits.conformance(p),
+        "messaging": messaging.conformance(p),
     }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 

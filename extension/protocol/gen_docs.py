@@ -1,7 +1,7 @@
 """docs/reference/protocol.md."""
 
-import json
-
+import limits
+import messaging
 from model import NOTE, SOURCE, cache_key, namespaced
 
 
@@ -54,6 +54,7 @@ def gen_docs(p):
           "in-transaction modes the handler's writes commit, as for any released status). Each has",
           "an option to store them as the rules say: Python's `client_errors = \"store\"`, Node's",
           "`storeClientErrors: true`, C++'s `client_errors(idem::client_errors::store)`.", "",
+          *limits.docs(p),
           "## Extension versions", "",
           "Each client's first-use check refuses an extension older than %s, with the fix" %
           p["client"]["oldest_extension"],
@@ -84,7 +85,7 @@ def gen_docs(p):
     for t in p["attempt_transition"]:
         L.append("| `%s` | `%s`%s | %s |" % (t["from"], t["to"],
                                             " (next generation)" if t.get("next_generation") else "", t["by"]))
-    L += docs_row_states(p)
+    L += docs_row_states(p) + messaging.docs(p)
     return "\n".join(L)
 
 
@@ -133,7 +134,11 @@ def docs_client_rules(p):
           "| series | label | counts |", "|---|---|---|",
           "| `%s_total` | `%s` | %s: the [run results](#client-run-results) |" % (
               m["requests"]["name"], m["requests"]["label"], m["requests"]["help"].rstrip(".")),
-          "| `%s_total` | `%s` | %s |" % (m["events"]["name"], m["events"]["label"], m["events"]["help"]), "",
+          "| `%s_total` | `%s` | %s |" % (m["events"]["name"], m["events"]["label"], m["events"]["help"]),
+          "| `%s_total` | `%s` | %s: the [consumer results](#inbox-consumer-results) |" % (
+              m["inbox"]["name"], m["inbox"]["label"], m["inbox"]["help"].rstrip(".")),
+          "| `%s_total` | `%s` | %s: the [relay counts](#relay-counts) |" % (
+              m["relay"]["name"], m["relay"]["label"], m["relay"]["help"].rstrip(".")), "",
           "| event | when |", "|---|---|"]
     for e in p["event"]:
         L.append("| `%s` | %s |" % (e["name"], e["when"]))

@@ -1,7 +1,9 @@
-"""The Node client's lib/protocol.js."""
+"""The Node client's lib/protocol.js (with limits.py's and messaging.py's parts)."""
 
 import json
 
+import limits
+import messaging
 from model import NOTE, storage_rules, upper
 
 
@@ -20,6 +22,7 @@ def gen_node(p):
          "const OLDEST_EXTENSION = %s;" % js(p["client"]["oldest_extension"]),
          "// A handler's validation failures: released, not stored, unless storeClientErrors.",
          "const VALIDATION_STATUSES = Object.freeze(%s);" % js(p["client"]["validation_statuses"]), "",
+         *limits.node(p),
          "const FINALIZE = 'finalize';", "const RELEASE = 'release';", "const FAIL = 'fail';", "",
          "// What is wrong with a request's Idempotency-Key header(s), if anything.",
          "const KeyStatus = Object.freeze({"]
@@ -60,7 +63,7 @@ def gen_node(p):
           "  return STORAGE_DEFAULT;",
           "}", "",
           ]
-    L += node_client_rules(p, js)
+    L += node_client_rules(p, js) + messaging.node(p)
     L += ["module.exports = {",
           "  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, DEPRECATED_PROFILES, OLDEST_EXTENSION,",
           "  VALIDATION_STATUSES, FINALIZE, RELEASE, FAIL, KeyStatus,",
@@ -69,6 +72,8 @@ def gen_node(p):
           "  ServerOutcome, ClientOutcome, Action, ProblemName, Event, Profile, EVENTS, DEFAULTS, LIMITS,",
           "  REPLAYED_HEADER, DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS, NEVER_STORED_HEADER_PARTS,",
           "  METRICS, namespacedTarget,",
+          "  %s," % limits.NODE_EXPORTS,
+          "  %s," % messaging.NODE_EXPORTS,
           "};", ""]
     return "\n".join(L)
 

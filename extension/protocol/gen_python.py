@@ -1,7 +1,9 @@
-"""The Python client's pg_idem/protocol.py."""
+"""The Python client's pg_idem/protocol.py (with limits.py's and messaging.py's parts)."""
 
 import json
 
+import limits
+import messaging
 from model import NOTE, storage_rules, upper
 
 
@@ -21,6 +23,7 @@ def gen_python(p):
          "OLDEST_EXTENSION = %s" % json.dumps(p["client"]["oldest_extension"]),
          "# A handler's validation failures: released, not stored, unless Config.client_errors = \"store\".",
          "VALIDATION_STATUSES = %r" % (tuple(p["client"]["validation_statuses"]),), "",
+         *limits.python(p),
          "FINALIZE = \"finalize\"", "RELEASE = \"release\"", "FAIL = \"fail\"", "",
          "",
          "class KeyStatus(enum.Enum):",
@@ -69,7 +72,7 @@ def gen_python(p):
           "        if lo <= status <= hi:",
           "            return action",
           "    return STORAGE_DEFAULT", ""]
-    L += py_client_rules(p)
+    L += py_client_rules(p) + messaging.python(p) + [""]
     return "\n".join(L)
 
 

@@ -23,6 +23,7 @@ from gen_data import gen_conformance, gen_sql_states, gen_sql_vectors
 from gen_docs import gen_docs
 from gen_node import gen_node
 from gen_python import gen_python
+import messaging
 from model import ROOT, check_install_sql, load
 
 
@@ -43,7 +44,7 @@ OUTPUTS = [
 def main():
     check = "--check" in sys.argv[1:]
     p = load()
-    mismatches = check_install_sql(p)
+    mismatches = check_install_sql(p) + messaging.check_install(p, ROOT)
     if mismatches:
         print("\n".join(mismatches), file=sys.stderr)
         return 1

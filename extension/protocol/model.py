@@ -10,6 +10,9 @@ import struct
 import sys
 import tomllib
 
+import limits
+import messaging
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SOURCE = "extension/protocol/protocol.toml"
@@ -70,6 +73,7 @@ def validate(p):
     for s in states:
         split_state(s)
     validate_client(p)
+    messaging.validate(p)
 
 
 def current_version():
@@ -110,6 +114,9 @@ def validate_client(p):
     names = [e["name"] for e in p["event"]]
     if len(set(names)) != len(names):
         fail("an event twice")
+    if c["pool"]["event"] not in names:
+        fail("client.pool.event %s is no [[event]]" % c["pool"]["event"])
+    limits.validate(p, fail)
     for r in p["row_states"]:
         names = [x["name"] for x in r["state"]]
         if len(set(names)) != len(names):

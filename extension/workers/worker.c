@@ -3,7 +3,8 @@
  * worker.c
  *	  The cleanup worker: deletes expired keys and prunes finished outbox
  *	  events, inbox messages and attempts in one database, so that no cron
- *	  job is needed.
+ *	  job is needed; first, it records the inbox failures that sessions
+ *	  handed over and no delivery adopted.
  *
  * Started by the launcher (launcher.c) once per pass and database, with
  * the database's OID as its argument.  It looks pg_idem up in the catalog
@@ -24,6 +25,7 @@
 
 #include "core/arguments.h"
 #include "core/settings.h"
+#include "inbox/inbox.h"
 #include "workers/worker.h"
 
 #include "access/genam.h"
@@ -189,6 +191,59 @@ run_job(const CleanupJob *job)
 	return true;
 }
 
+/* Most failures handed over that one pass records. */
+#define MAX_HANDED_OVER_PER_PASS 10000
+
+/*
+ * Record the inbox failures sessions handed over in this database
+ * (inbox_cap.c), each in a transaction of its own.  Not inlined, for the
+ * reason run_job gives; what is left after an error stays handed over for
+ * the next pass.
+ */
+static pg_noinline void
+record_some_handed_over(void)
+{
+	int			i;
+
+	for (i = 0; i < MAX_HANDED_OVER_PER_PASS; i++)
+	{
+		Oid			extension;
+		Oid			schema;
+		bool		recorded = false;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "recording inbox failures handed over");
+		if (find_extension(&extension, &schema))
+			recorded = idem_inbox_record_handed_over(schema);
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		if (!recorded)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* The above, reported and left for the next pass if it fails. */
+static pg_noinline void
+record_handed_over(void)
+{
+	PG_TRY();
+	{
+		record_some_handed_over();
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+}
+
 /* Entry point of a cleanup worker: one pass in one database, then exit. */
 void
 idem_cleanup_worker_main(Datum main_arg)
@@ -204,6 +259,7 @@ idem_cleanup_worker_main(Datum main_arg)
 
 	job_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup job",
 										ALLOCSET_DEFAULT_SIZES);
+	record_handed_over();
 	for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(job_context);

@@ -19,6 +19,10 @@ before it (docs/design.md, "Examples in the docs", is the convention):
                                      as the superuser, PGDATABASE=app
     <!-- example: cpp -->            compiled (g++ -std=c++17 -fsyntax-only)
                                      against client/cpp/include
+    <!-- example: python broker F --> a program needing a message broker (docs/
+    <!-- example: node broker F -->   guides/brokers.md): only compiled here; the
+                                     broker suite (tests/broker/run.py) runs it
+                                     as the file F against a real RabbitMQ
     <!-- not-run: the reason -->     for what cannot run here (a Citus cluster)
 
 (`<!-- getting-started:admin ... -->` and `<!-- getting-started:app ... -->`,
@@ -62,6 +66,13 @@ DB = "app"
 APP_ROLE = "my_service_role"
 KEEP_ROLES = {"idem_client", "idem_admin"}   # cluster-wide, made by CREATE EXTENSION, used by other databases
 TIMEOUT = 180
+# The SQL edition's suite (tests/suites/66_sql_edition.sh) runs the blocks
+# marked "sql-edition" on its server (pg_tle, no library), and only those;
+# the examples suite runs every other block.  Its databases are made from
+# the template it names (its template1 knows pg_tle's registration of the
+# SQL edition already).
+SQL_EDITION = os.environ.get("IDEM_DOCS_SQL_EDITION") == "1"
+TEMPLATE = os.environ.get("IDEM_DOCS_TEMPLATE", "template1")
 
 SETUP = """
 CREATE SCHEMA idem;
@@ -170,10 +181,14 @@ def parse_marker(b):
         kind, opts = words[0], words[1:]
     if kind not in KINDS:
         raise ValueError("unknown example kind %r (one of %s)" % (kind, ", ".join(KINDS)))
+    # "sql-edition": run on the SQL edition's server only (see SQL_EDITION).
+    opts = [o for o in opts if o != "sql-edition"] + (["sql-edition"] if "sql-edition" in opts else [])
     if b.lang not in KINDS[kind][0]:
         raise ValueError("a ```%s block marked as a %s example" % (b.lang, kind))
-    if kind == "sql" and (len(opts) != 1 or opts[0] not in ("admin", "app")):
+    if kind == "sql" and (len([o for o in opts if o != "sql-edition"]) != 1 or opts[0] not in ("admin", "app")):
         raise ValueError("a sql example is run as 'admin' or 'app': <!-- example: sql admin -->")
+    if "broker" in opts and (kind not in ("python", "node") or len(opts) != 2 or opts[0] != "broker"):
+        raise ValueError("a broker program is <!-- example: python broker FILE --> or node broker FILE")
     return kind, opts, prelude + "\n" if prelude.strip() else ""
 
 
@@ -271,7 +286,7 @@ class Runner:
 
     def prepare(self, empty):
         self.drop_database()
-        r = self.psql("-c", "CREATE DATABASE %s" % DB)
+        r = self.psql("-c", "CREATE DATABASE %s TEMPLATE %s" % (DB, TEMPLATE))
         if r.returncode:
             raise RuntimeError(r.stderr)
         if not empty:
@@ -302,7 +317,11 @@ class Runner:
         with open(path, "w", encoding="utf-8") as f:
             f.write(source)
         app = dict(PGDATABASE=DB, PGUSER=APP_ROLE)
-        if kind == "sql":
+        if opts[:1] == ["broker"]:
+            # Run by the broker suite against RabbitMQ; here it must compile.
+            cmd = [sys.executable, "-m", "py_compile", path] if kind == "python" else ["node", "--check", path]
+            env = self.env()
+        elif kind == "sql":
             user = APP_ROLE if opts[0] == "app" else None
             cmd = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-P", "pager=off", "-d", DB, "-o", os.devnull,
                    "-f", path] + (["-U", user] if user else [])
@@ -378,10 +397,15 @@ class Runner:
                 parsed.append((b, parse_marker(b)))
             except ValueError as e:
                 self.report(b, False, str(e))
-        todo = [(b, m) for b, m in parsed if m[0] not in ("exempt", "not-run")]
+        todo = [(b, m) for b, m in parsed if m[0] not in ("exempt", "not-run")
+                and ("sql-edition" in m[1]) == SQL_EDITION]
         for b, m in parsed:
             if m[0] == "not-run":
                 print("not run %s ```%s: %s" % (b.where(), b.lang, m[1]))
+                self.not_run += 1
+            elif m[0] != "exempt" and ("sql-edition" in m[1]) != SQL_EDITION:
+                print("not run %s ```%s: %s" % (b.where(), b.lang, "on the SQL edition's server: tests/suites/66_sql_edition.sh runs it"
+                                                if not SQL_EDITION else "on the C edition's server: the examples suite runs it"))
                 self.not_run += 1
         if not todo:
             return
@@ -485,6 +509,11 @@ psql -At -c "SELECT 1" | grep -qx 2
 idem::no_such_type t;
 ```
 
+<!-- example: python broker bad.py -->
+```python
+def consume(:   # a broker program is compiled here, run by the broker suite
+```
+
 ```sql
 SELECT 1;   -- no marker
 ```
@@ -514,7 +543,7 @@ SELECT 1/0;
 SELF_TEST_WANT = [
     "expected 'claim: replay'", "idem_no_such_function() does not exist", "permission denied for table idem_keys",
     "AssertionError: a wrong cache key", "expected 'claimed'", "Error: a wrong cache key", "bash\nexit status 1",
-    "no_such_type", "block without <!-- example", "a ```sql block marked as a python example",
+    "no_such_type", "SyntaxError", "block without <!-- example", "a ```sql block marked as a python example",
     "needs a reason", "division by zero",
 ]
 

@@ -10,10 +10,11 @@
 # Uses count, say, as_run_user, $WORK, $PG_BIN, $PGPORT, $PGUSER, $PGBOUNCER_PORT.
 
 storm_cpp() {
-    local build=$WORK/client-build bin log=$WORK/pooling-storm-cpp.log db=idem_pool_storm_cpp
+    local build bin log=$WORK/pooling-storm-cpp.log db=idem_pool_storm_cpp
+    build=$(client_build)
     bin=$build/tests/idem_pooling_storm
     if [ ! -x "$bin" ]; then
-        if ! as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" -DPG_IDEM_BUILD_TESTS=ON \
+        if ! as_run_user cmake -S "$(client_source)" -B "$build" -DPG_IDEM_BUILD_TESTS=ON \
                 -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
            ! as_run_user cmake --build "$build" -j2 --target idem_pooling_storm >>"$log" 2>&1; then
             tail -n 40 "$log"

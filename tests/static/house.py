@@ -85,6 +85,8 @@ def check_sizes():
     bad = []
     srcs = list(files(EXT, (".c", ".h", ".py"))) + list(files(os.path.join(ROOT, "client"),
                                                               (".c", ".h", ".cpp", ".hpp", ".py", ".js")))
+    # The SQL edition's pieces are its source as the C files are the C edition's.
+    srcs += list(files(os.path.join(EXT, "sql_edition"), (".sql",)))
     for f in srcs:
         with open(f, encoding="utf-8", errors="replace") as fh:
             n = sum(1 for _ in fh)
@@ -235,19 +237,28 @@ def check_exports(so):
 # release scripts (their headers name the build of their day), and build
 # output.
 PATHS_SKIP_DIRS = ("extension/releases/",)
-WALK_SKIP = ("node_modules", "build", "__pycache__", ".git", "results", "output_iso", "tmp_check", "log")
+WALK_SKIP = ("node_modules", "build", "__pycache__", ".git", "results", "output_iso", "tmp_check", "log",
+             "pg_idem.egg-info", "dist")
 PATH_EXTENSIONS = {"c", "h", "cpp", "hpp", "py", "js", "pl", "pm", "sh", "sql", "spec", "out", "md", "toml",
                    "json", "txt", "conf", "control", "map", "cmake", "yml", "yaml", "mjs", "ts", "in"}
 # Files every developer has beside the repository, never in it: a tracked
 # file that cites one cites something a reader of the repository lacks.
-SHARED_FILES = re.compile(r"\b(?:STYLE|SCENARIOS)(?:\.md\b|\s+#?\d)|\bseeds/\d+|\.\./shared/")
+# (../shared/vendor/ is a build input, not a citation: the upstream
+# sources every CI run has beside the project, which the harness builds,
+# e.g. pg_tle for the SQL edition's server, tests/sql_edition/server.sh.)
+SHARED_FILES = re.compile(r"\b(?:STYLE|SCENARIOS)(?:\.md\b|\s+#?\d)|\bseeds/\d+|\.\./shared/(?!vendor/)")
 
 
 def repository_files():
-    """The tracked files (git ls-files), or every file of a copy without .git."""
+    """The tracked files (git ls-files, or the list the test harness wrote
+    beside its copy of the tree), or every file of a copy without either."""
     if os.path.exists(os.path.join(ROOT, ".git")):
         out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True, text=True, check=True)
         return [f for f in out.stdout.split("\0") if f]
+    listed = os.path.join(ROOT, ".tracked-files")
+    if os.path.exists(listed):
+        with open(listed, encoding="utf-8") as fh:
+            return [f for f in fh.read().split("\0") if f and os.path.exists(os.path.join(ROOT, f))]
     found = []
     for d, dirs, names in os.walk(ROOT):
         dirs[:] = [x for x in dirs if x not in WALK_SKIP]
@@ -379,20 +390,21 @@ GENERATED = {"extension/core/protocol.h", "extension/core/protocol.c", "extensio
 NAME_ALLOWED = {
     ("extension/keys/finish.c", "cooldown"): "idem_fail's argument, named in its errors",
     ("extension/outbox/outbox_wait.c", "timeout"): "idem_outbox_wait's argument, named in its errors",
-    # idem_outbox_nack's outcomes, not the row state: their names come to
-    # protocol.toml with the outbox relays of the Python and Node clients
-    # (issue 34's messaging branch), and these entries go then.
-    ("extension/outbox/outbox_ack.c", "dead"): "idem_outbox_nack's outcome (see above)",
-    ("client/cpp/src/messaging/outbox.cpp", "dead"): "idem_outbox_nack's outcome (see above)",
+    ("extension/core/schema.c", "unknown"): "installed_version's answer when pg_idem has no catalog row",
+    ("client/cpp/src/messaging/reconciler.cpp", "stale"): "completion::stale, the reconciler's own result",
+    ("client/cpp/src/keys/retry_policy.cpp", "retry"): "verdict::retry, the sender's own verdict",
+    ("client/cpp/src/keys/retry_policy.cpp", "unknown"): "to_string of a verdict that is none of them",
+    ("client/python/pg_idem/_pool.py", "timeout"): "getconn()'s argument (psycopg_pool's, SimplePool's)",
+    ("client/python/pg_idem/_engine.py", "unknown"): "settle()'s own state: a commit whose result could not be read",
+    ("client/node/lib/runner.js", "unknown"): "settle()'s own state: a commit whose result could not be read",
 }
-# Folders of code whose names are not in protocol.toml yet: the inbox's
-# outcomes move there with the inbox consumers of the Python and Node
-# clients (issue 34); their literals are checked once they are generated.
-NAME_PENDING = ("extension/inbox/", "client/cpp/src/messaging/inbox.cpp",
-                # The attempts' statuses in C move to the generated
-                # IDEM_ATTEMPT_* names once idem_attempt_open is split (the
-                # other branch of issue 34 rewrites these files).
-                "extension/attempts/")
+# Folders of code whose names are not checked yet: the inbox's row states
+# (idem_inbox.state: failed, dead, ...) are not in protocol.toml's
+# [[row_states]] yet (its answers are, and the C uses them), and the
+# attempts' statuses in C move to the generated IDEM_ATTEMPT_* names once
+# idem_attempt_open is split (the other branch of issue 34 rewrites these
+# files).
+NAME_PENDING = ("extension/inbox/", "extension/attempts/")
 
 
 def protocol_names():

@@ -4,17 +4,17 @@ suite_client() {
     [ -f "$WORK/src/client/cpp/CMakeLists.txt" ] || return 0
     local log="$WORK/client.log" total bad
     say "C++ client: building (cmake, about 3 minutes on 2 cores; log in $log)"
-    if ! as_run_user cmake -S "$WORK/src/client/cpp" -B "$WORK/client-build" \
+    if ! as_run_user cmake -S "$(client_source)" -B "$(client_build)" \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_IDEM_BUILD_TESTS=ON \
             -DPG_IDEM_BUILD_EXAMPLES=ON -DPG_IDEM_BUILD_BENCH=ON >"$log" 2>&1 ||
-       ! as_run_user cmake --build "$WORK/client-build" -j2 >>"$log" 2>&1; then
+       ! as_run_user cmake --build "$(client_build)" -j2 >>"$log" 2>&1; then
         tail -n 80 "$log"
         count "C++ client build" 0 1
         return
     fi
     say "C++ client: running ctest (unit, integration, install consumer, demo storm, quickstart)"
     as_run_user env PG_IDEM_TEST_DSN="host=$WORK port=$PGPORT user=$PGUSER dbname=postgres" \
-        ctest --test-dir "$WORK/client-build" --output-on-failure -V >>"$log" 2>&1
+        ctest --test-dir "$(client_build)" --output-on-failure -V >>"$log" 2>&1
     local rc=$?
     grep -E 'Test +#|tests passed|\[  (PASSED|FAILED) +\]|\*\*\*' "$log" | tail -n 80
     # GoogleTest binaries count their test cases; other ctest tests count once.

@@ -48,13 +48,14 @@ suite_pooling() {
         count "pooling: pgbouncer start" 0 1
         return
     fi
-    local log=$WORK/pooling.log build=$WORK/client-build rc
+    local log=$WORK/pooling.log build rc
+    build=$(client_build)
     local dsn="host=127.0.0.1 port=$PGBOUNCER_PORT user=$PGUSER dbname=postgres"
 
     # The C++ client, built by the client suite (or here when run alone).
     if [ -f "$WORK/src/client/cpp/CMakeLists.txt" ]; then
         if [ ! -x "$build/tests/idem_integration_tests" ] || [ ! -x "$build/tests/idem_message_tests" ]; then
-            if ! as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" \
+            if ! as_run_user cmake -S "$(client_source)" -B "$build" \
                     -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$log" 2>&1 ||
                ! as_run_user cmake --build "$build" -j2 >>"$log" 2>&1; then
                 tail -n 40 "$log"

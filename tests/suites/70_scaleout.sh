@@ -30,10 +30,11 @@ run_prove_suite() {
 # tests, or $1; built if the client suite did not build it already; empty
 # when the client does not build.
 scaleout_client_binary() {
-    local build="$WORK/client-build" target=${1:-idem_partition_tests} bin
+    local build target=${1:-idem_partition_tests} bin
+    build=$(client_build)
     bin="$build/tests/$target"
     if [ ! -x "$bin" ] && [ -f "$WORK/src/client/cpp/CMakeLists.txt" ]; then
-        as_run_user cmake -S "$WORK/src/client/cpp" -B "$build" \
+        as_run_user cmake -S "$(client_source)" -B "$build" \
             -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPG_IDEM_BUILD_TESTS=ON >"$WORK/scaleout-build.log" 2>&1 &&
             as_run_user cmake --build "$build" -j2 --target "$target" \
                 >>"$WORK/scaleout-build.log" 2>&1 ||

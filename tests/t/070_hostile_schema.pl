@@ -26,6 +26,14 @@
 # CREATE EXTENSION (the install script), after it (the functions' own
 # statements), and before ALTER EXTENSION UPDATE from the oldest version
 # an upgrade starts from (the upgrade scripts).  The cleanup worker makes a pass over each kind's "after".
+#
+# With IDEM_SQL_SCRIPT (tests/suites/66_sql_edition.sh) the same attack is
+# made on the SQL edition's plain script, on a server without pg_idem's
+# library: the texts are the script's (every PL/pgSQL body), the superuser
+# installs it with psql -f before and after the plants (there is no
+# upgrade), its objects are the schema's that the superuser owns, and
+# instead of the worker the superuser calls idem_cleanup, as a pg_cron job
+# would.
 use strict;
 use warnings;
 
@@ -35,10 +43,11 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $S = 'idem';    # the extension's schema, writable by the attacker
+my $sql_script = $ENV{IDEM_SQL_SCRIPT};    # the SQL edition's plain script
 
 my $node = PostgreSQL::Test::Cluster->new('hostile');
 $node->init;
-$node->append_conf('postgresql.conf', qq{
+$node->append_conf('postgresql.conf', $sql_script ? "log_min_messages = warning\n" : qq{
 shared_preload_libraries = 'pg_idem'
 idem.database = 'better_after'
 idem.cleanup_interval = '1d'
@@ -49,19 +58,47 @@ $node->start;
 my $superuser = $node->safe_psql('postgres', 'SELECT current_user');
 
 # --- The SQL texts the extension runs, and the names they refer to.
-my @c_files = glob('extension/*.c extension/*/*.c');
-ok(scalar(@c_files) >= 5, 'the C sources are here: ' . scalar(@c_files) . ' files');
-my $sharedir = $node->config_data('--sharedir');
-# The current install script and every upgrade script, which an upgrade
-# from the oldest version runs.
-my $current = $node->safe_psql('postgres',
-	"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem'");
-my $oldest = $node->safe_psql('postgres',
-	"SELECT version FROM pg_available_extension_versions WHERE name = 'pg_idem'
-	  ORDER BY string_to_array(version, '.')::int[] LIMIT 1");
-my @scripts = (glob("$sharedir/extension/pg_idem--$current.sql"),
-	glob("$sharedir/extension/pg_idem--*--*.sql"));
-ok(scalar(@scripts) >= 3, 'the install and upgrade scripts are installed: ' . scalar(@scripts));
+my (@c_files, @scripts, $oldest);
+if ($sql_script)
+{
+	@scripts = ($sql_script);
+	ok(-s $sql_script, "the SQL edition's plain script is here: $sql_script");
+}
+else
+{
+	@c_files = glob('extension/*.c extension/*/*.c');
+	ok(scalar(@c_files) >= 5, 'the C sources are here: ' . scalar(@c_files) . ' files');
+	my $sharedir = $node->config_data('--sharedir');
+	# The current install script and every upgrade script, which an upgrade
+	# from the oldest version runs.
+	my $current = $node->safe_psql('postgres',
+		"SELECT default_version FROM pg_available_extensions WHERE name = 'pg_idem'");
+	$oldest = $node->safe_psql('postgres',
+		"SELECT version FROM pg_available_extension_versions WHERE name = 'pg_idem'
+		  ORDER BY string_to_array(version, '.')::int[] LIMIT 1");
+	@scripts = (glob("$sharedir/extension/pg_idem--$current.sql"),
+		glob("$sharedir/extension/pg_idem--*--*.sql"));
+	ok(scalar(@scripts) >= 3, 'the install and upgrade scripts are installed: ' . scalar(@scripts));
+}
+# Installing: CREATE EXTENSION, or the plain script as psql runs it.
+my $installing = $sql_script ? 'the plain script' : 'CREATE EXTENSION';
+my $install = $sql_script ? "\\set schema $S\n\\i $sql_script\n" : "CREATE EXTENSION pg_idem SCHEMA $S";
+# The objects installed (for the pg_temp stand-ins and the wrappers): the
+# extension's, or the schema's that the installing superuser owns.
+sub installed
+{
+	my ($catalog, $alias) = @_;
+	return $sql_script
+	  ? ($catalog eq 'pg_class'
+		? "$alias.relnamespace OPERATOR(pg_catalog.=) '$S'::regnamespace::oid"
+		  . " AND $alias.relowner OPERATOR(pg_catalog.<>) 'attacker'::regrole::oid"
+		: "$alias.pronamespace OPERATOR(pg_catalog.=) '$S'::regnamespace::oid"
+		  . " AND $alias.proowner OPERATOR(pg_catalog.<>) 'attacker'::regrole::oid")
+	  : "EXISTS (SELECT FROM pg_depend d WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.$catalog'::regclass::oid"
+	  . " AND d.objid OPERATOR(pg_catalog.=) $alias.oid AND d.deptype OPERATOR(pg_catalog.=) 'e'::\"char\""
+	  . " AND d.refobjid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_extension"
+	  . " WHERE extname OPERATOR(pg_catalog.=) 'pg_idem'::name))";
+}
 
 my $texts = '';
 for my $f (@c_files)
@@ -95,7 +132,8 @@ $node->safe_psql('postgres', "CREATE DATABASE $_") for all_dbs();
 # The databases: KIND_STAGE.
 sub all_dbs
 {
-	return map { my $k = $_; map { "${k}_$_" } qw(before after upgraded) } qw(better equal);
+	my @stages = $sql_script ? qw(before after) : qw(before after upgraded);
+	return map { my $k = $_; map { "${k}_$_" } @stages } qw(better equal);
 }
 
 # Every database: the attacker may create in public and in the schema the
@@ -135,8 +173,9 @@ for my $db (all_dbs())
 
 for my $kind (qw(better equal))
 {
-	$node->safe_psql("${kind}_after", "CREATE EXTENSION pg_idem SCHEMA $S");
-	$node->safe_psql("${kind}_upgraded", "CREATE EXTENSION pg_idem SCHEMA $S VERSION '$oldest'");
+	$node->safe_psql("${kind}_after", $install);
+	$node->safe_psql("${kind}_upgraded", "CREATE EXTENSION pg_idem SCHEMA $S VERSION '$oldest'")
+	  unless $sql_script;
 }
 
 # --- The plan: derived in one "after", where the extension's functions exist.
@@ -320,19 +359,20 @@ my $temp_sql = $node->safe_psql($P, qq{
 SELECT string_agg(stmt, E'\\n') FROM (
   SELECT pg_catalog.format('CREATE TEMP VIEW %I AS SELECT hostile.rec(%L) AS x;',
                            c.relname, 'pg_temp.' || c.relname) AS stmt
-    FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid = d.objid
-   WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.deptype = 'e'
-     AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'pg_idem')
+    FROM pg_catalog.pg_class c
+   WHERE @{[ installed('pg_class', 'c') ]}
      AND c.relkind IN ('r', 'v', 'S')
   UNION ALL
   SELECT pg_catalog.format('CREATE FUNCTION pg_temp.%I(%s) RETURNS text LANGUAGE plpgsql AS %L;',
                            p.proname, pg_catalog.oidvectortypes(p.proargtypes),
                            pg_catalog.format('BEGIN PERFORM hostile.rec(%L); RETURN NULL; END',
                                              'pg_temp.' || p.proname))
-    FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid
-   WHERE d.classid = 'pg_catalog.pg_proc'::regclass AND d.deptype = 'e'
-     AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'pg_idem')
-     AND p.prorettype <> 'pg_catalog.trigger'::regtype) s});
+    FROM pg_catalog.pg_proc p
+   WHERE @{[ installed('pg_proc', 'p') ]}
+     AND p.prorettype <> 'pg_catalog.trigger'::regtype
+     -- (the SQL edition's internals: their types are for the owner only,
+     -- and they are reached through casts, never by name)
+     AND p.proname !~~ 'idem\\_\\_%') s});
 
 # Plant in a database as the attacker; the number of plants made.
 sub plant
@@ -383,12 +423,10 @@ BEGIN
 	END LOOP;
 	FOR f IN SELECT p.proname, pg_get_function_arguments(p.oid) AS args,
 					pg_get_function_result(p.oid) AS result, p.pronargs
-			   FROM pg_depend d JOIN pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
-			  WHERE d.classid OPERATOR(pg_catalog.=) 'pg_proc'::regclass::oid
-				AND d.deptype OPERATOR(pg_catalog.=) 'e'::"char"
-				AND d.refobjid OPERATOR(pg_catalog.=) (SELECT oid FROM pg_extension
-					WHERE extname OPERATOR(pg_catalog.=) 'pg_idem'::name)
+			   FROM pg_proc p
+			  WHERE @{[ installed('pg_proc', 'p') ]}
 				AND p.prorettype OPERATOR(pg_catalog.<>) 'trigger'::regtype::oid
+				AND p.proname OPERATOR(pg_catalog.!~~) 'idem\\_\\_%'::text
 	LOOP
 		EXECUTE format('CREATE FUNCTION w.%I(%s) RETURNS %s LANGUAGE sql BEGIN ATOMIC SELECT * FROM $S.%I(%s); END',
 					   f.proname, f.args, f.result, f.proname,
@@ -422,13 +460,13 @@ sub run_sql
 
 for my $kind (qw(better equal))
 {
-	run_sql("${kind}_before", $superuser, 'CREATE EXTENSION with plants present',
-		"CREATE EXTENSION pg_idem SCHEMA $S");
+	run_sql("${kind}_before", $superuser, "$installing with plants present", $install);
+	like($stderr{"${kind}_before/$installing with plants present"},
+		qr/WARNING:  schema "idem" is writable by roles that are not superusers\s+DETAIL:  Roles that may create objects in it: attacker\./,
+		"${kind}_before: $installing warns that the attacker may create in the schema");
+	next if $sql_script;
 	run_sql("${kind}_upgraded", $superuser, "ALTER EXTENSION UPDATE from $oldest with plants present",
 		'ALTER EXTENSION pg_idem UPDATE');
-	like($stderr{"${kind}_before/CREATE EXTENSION with plants present"},
-		qr/WARNING:  schema "idem" is writable by roles that are not superusers\s+DETAIL:  Roles that may create objects in it: attacker\./,
-		"${kind}_before: CREATE EXTENSION warns that the attacker may create in the schema");
 	like($stderr{"${kind}_upgraded/ALTER EXTENSION UPDATE from $oldest with plants present"},
 		qr/WARNING:  schema "idem" is writable by roles that are not superusers/,
 		"${kind}_upgraded: ALTER EXTENSION UPDATE warns too");
@@ -444,26 +482,29 @@ $node->safe_psql('postgres', q{
 	CREATE DATABASE quiet;
 });
 $node->safe_psql('quiet', 'CREATE SCHEMA idem');
-for my $case ([ 'quiet', "CREATE EXTENSION pg_idem SCHEMA $S", '' ],
-	[ 'owned', 'CREATE EXTENSION pg_idem', 'dbowner' ])
+for my $case ([ 'quiet', $install, '' ],
+	[ 'owned', $sql_script ? "\\set schema public\n\\i $sql_script\n" : 'CREATE EXTENSION pg_idem', 'dbowner' ])
 {
 	my ($db, $sql, $who) = @$case;
+	my $what = $sql_script ? 'the plain script' : $sql;
 	my ($out, $err) = ('', '');
 	$node->psql($db, $sql, stdout => \$out, stderr => \$err, on_error_stop => 1);
 	if ($who eq '')
 	{
-		unlike($err, qr/is writable/, "$db: $sql: no warning");
+		unlike($err, qr/is writable/, "$db: $what: no warning");
 		next;
 	}
 	like($err, qr/WARNING:  schema "public" is writable by roles that are not superusers/,
-		"$db: $sql warns that public is writable");
+		"$db: $what warns that public is writable");
 	like($err, qr/DETAIL:  Roles that may create objects in it: \Q$who\E\./, "$db: the warning names $who");
-	like($err, qr/HINT:  Install pg_idem into a schema of its own.*CREATE SCHEMA idem; CREATE EXTENSION pg_idem SCHEMA idem;/,
-		"$db: the warning says what to do");
+	my $advice = $sql_script ? qr/psql -v schema=idem -f pg_idem_sql-[0-9.]+\.sql/
+	  : qr/CREATE SCHEMA idem; CREATE EXTENSION pg_idem SCHEMA idem;/;
+	like($err, qr/HINT:  Install pg_idem into a schema of its own.*$advice/, "$db: the warning says what to do");
 }
 {
 	my ($out, $err) = ('', '');
-	$node->psql('owned', q{SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_idem'},
+	$node->psql('owned', $sql_script ? q{SELECT 1 WHERE to_regprocedure('public.idem_edition()') IS NOT NULL}
+		: q{SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_idem'},
 		stdout => \$out, stderr => \$err);
 	is($out, '1', 'owned: the warning did not refuse the install');
 }
@@ -618,13 +659,24 @@ for my $db (all_dbs())
 }
 
 # --- The cleanup worker (a superuser) runs a pass over each kind's "after"
-# (better_after first: idem.database is read at server start).
-$node->safe_psql('postgres', q{
-	ALTER SYSTEM SET idem.ttl = '1s';
-	ALTER SYSTEM SET idem.tombstone_ttl = 0;
-	ALTER SYSTEM SET idem.cleanup_interval = '1s';
-	SELECT pg_reload_conf();
-});
+# (better_after first: idem.database is read at server start); in the SQL
+# edition the superuser calls idem_cleanup in each.
+# (PostgreSQL before 17 refuses ALTER SYSTEM for a placeholder setting:
+# without the library, the databases' settings.)
+if ($sql_script)
+{
+	$node->safe_psql('postgres', "ALTER DATABASE ${_}_after SET idem.ttl = '1s';"
+		  . " ALTER DATABASE ${_}_after SET idem.tombstone_ttl = 0;") for qw(better equal);
+}
+else
+{
+	$node->safe_psql('postgres', q{
+		ALTER SYSTEM SET idem.ttl = '1s';
+		ALTER SYSTEM SET idem.tombstone_ttl = 0;
+		ALTER SYSTEM SET idem.cleanup_interval = '1s';
+		SELECT pg_reload_conf();
+	});
+}
 
 # Finished keys are gone once a pass ran (30 s at most: the interval is 1 s).
 sub worker_pass
@@ -633,6 +685,9 @@ sub worker_pass
 	my $left;
 	for (1 .. 60)
 	{
+		# (through the wrapper: by name, the equal plants make it ambiguous)
+		run_sql($db, $superuser, 'idem_cleanup', 'SET search_path = pg_catalog; SELECT w.idem_cleanup(1000::integer)')
+		  if $sql_script && $_ > 1;
 		$left = $node->safe_psql($db,
 			"SELECT pg_catalog.count(*) FROM idem.idem_keys"
 			  . " WHERE state OPERATOR(pg_catalog.<>) 'pending'::pg_catalog.text");
@@ -642,9 +697,12 @@ sub worker_pass
 	return $left;
 }
 is(worker_pass('better_after'), '0', 'the cleanup worker ran a pass over better_after');
-$node->append_conf('postgresql.conf', "idem.database = 'equal_after'");
-$node->stop('immediate');
-$node->start;
+unless ($sql_script)
+{
+	$node->append_conf('postgresql.conf', "idem.database = 'equal_after'");
+	$node->stop('immediate');
+	$node->start;
+}
 # The worker runs no SQL text (launcher.c, worker.c): equally matching
 # overloads cannot make its calls ambiguous.
 is(worker_pass('equal_after'), '0', 'the cleanup worker ran a pass over equal_after');
@@ -700,11 +758,13 @@ for my $db (all_dbs())
 
 # The sessions' errors, and the server log's lines of backends (the
 # worker's are logged without an application name: 070_hostile_schema.pl
-# is psql's).
-my @not_unique = grep { /070_hostile_schema/ } (slurp_file($node->logfile) =~ /^.*is not unique.*$/mg);
+# is psql's).  Line by line: /^.*is not unique.*$/mg over the whole log
+# takes minutes.
+my @log_not_unique = grep { /is not unique/ } split /\n/, slurp_file($node->logfile);
+my @not_unique = grep { /070_hostile_schema/ } @log_not_unique;
 is(join("\n", @errors, @not_unique), '', 'no session failed with "is not unique"');
 {
-	my @worker = grep { !/070_hostile_schema/ } (slurp_file($node->logfile) =~ /^.*is not unique.*$/mg);
+	my @worker = grep { !/070_hostile_schema/ } @log_not_unique;
 	is(join("\n", @worker), '', 'the cleanup worker did not fail with "is not unique"');
 }
 

@@ -36,6 +36,14 @@
 #
 # A wait is detected with a generous lock_timeout (10 s): it is a failure,
 # never an expected answer.
+#
+# With IDEM_SQL_SCRIPT (tests/suites/66_sql_edition.sh), the same attacks
+# on the SQL edition's plain script (HostileRoles.pm), on a server without
+# pg_idem's library; and its internal functions, which idem_client may
+# call, called directly with another role named as the caller.  The inbox
+# cap's hold is no advisory lock there, and an attempt rolled back without
+# its recording is not counted (docs/guides/managed-postgresql.md): the
+# attacks that release a hold are the C edition's only.
 use strict;
 use warnings;
 
@@ -50,16 +58,19 @@ use Time::HiRes qw(usleep);
 
 my $LOCK_TIMEOUT = "SET lock_timeout = '10s';";
 
+my $sql_script = $HostileRoles::sql_script;
 my $node = PostgreSQL::Test::Cluster->new('hostile_roles');
 $node->init;
-$node->append_conf('postgresql.conf', q{
+$node->append_conf('postgresql.conf', ($sql_script ? '' : q{
 shared_preload_libraries = 'pg_idem'
 idem.cleanup_interval = '1d'
+}) . q{
 autovacuum_naptime = 1
 log_min_messages = warning
 });
 $node->start;
 my $su = $node->safe_psql('postgres', 'SELECT current_user');
+my $installed_rel = HostileRoles::installed('pg_class', 'c');
 
 sub as
 {
@@ -78,9 +89,9 @@ sub try_as
 }
 
 # --- The extension, the roles, the victims' rows.
+$node->safe_psql('postgres', $sql_script ? "\\set schema idem\n\\i $sql_script\n"
+	: 'CREATE SCHEMA idem; CREATE EXTENSION pg_idem SCHEMA idem;');
 $node->safe_psql('postgres', qq{
-	CREATE SCHEMA idem;
-	CREATE EXTENSION pg_idem SCHEMA idem;
 	-- as if installed into public: every role may look up its functions
 	GRANT USAGE ON SCHEMA idem TO PUBLIC;
 	CREATE ROLE app LOGIN;
@@ -93,9 +104,7 @@ $node->safe_psql('postgres', qq{
 	GRANT idem_admin TO ops;
 	-- ids and generations of 6 digits, which the answers' comparison ignores
 	SELECT setval(c.oid::regclass, 100000)
-	  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
-	 WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e' AND c.relkind = 'S'
-	   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem');
+	  FROM pg_class c WHERE $installed_rel AND c.relkind = 'S';
 	SELECT idem.idem_attempt_register_kind('upload', 'replace', 'hs');
 	$HostileRoles::judge
 });
@@ -110,7 +119,7 @@ as('intruder', q{
 
 my @functions = split /\n/, as('intruder', 'SELECT sig FROM intruder.functions ORDER BY 1');
 my $sets = $node->safe_psql('postgres', 'SELECT count(DISTINCT (victim, set)) FROM intruder.targets');
-cmp_ok(scalar(@functions), '>=', 40, 'the functions of the extension, from pg_depend: ' . scalar(@functions));
+cmp_ok(scalar(@functions), '>=', 40, 'the functions of the extension, from the catalog: ' . scalar(@functions));
 is($sets, '6', 'two victims (app and the superuser), three target sets each');
 note('functions attacked: ' . join(', ', @functions));
 
@@ -200,17 +209,89 @@ is(limit($node->safe_psql('postgres', q{
 	 WHERE ctx = 'outsider' AND victim_raw NOT LIKE 'error 42501 %' ORDER BY 1})),
 	'', 'outsider: every call is refused with 42501');
 
+# --- The SQL edition's internal functions (idem__*, SECURITY DEFINER),
+# which idem_client may call: called directly by the intruder with app or
+# the superuser named as the caller, every one is refused by the domain
+# idem__caller (23514) before it runs; and no role but the owner may keep
+# a value of its types (a table's column: 42501).
+if ($sql_script)
+{
+	my $before = 'p' . ++$phase;
+	$node->safe_psql('postgres', "SELECT judge.take('$before')");
+	# The intruder's function that calls each with each victim named: run
+	# by the intruder, and by each victim (a SECURITY DEFINER function of
+	# the intruder's in the victim's session, the session's role being the
+	# one named).
+	as('intruder', qq{
+		CREATE FUNCTION intruder.forge_internals() RETURNS text
+		LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS \$\$
+		DECLARE
+			f record;
+			v text;
+			st text;
+			n integer := 0;
+			bad text := '';
+		BEGIN
+			FOR f IN
+				SELECT p.oid::regproc::text AS fn, p.proargtypes[0]::regtype::text AS t
+				  FROM pg_proc p JOIN pg_type ty ON ty.oid = p.proargtypes[0]
+				 WHERE p.pronamespace = 'idem'::regnamespace AND p.proname LIKE 'idem\\_\\_%'
+				   AND p.pronargs = 1
+				   AND EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = ty.typrelid AND a.attname = 'caller')
+			LOOP
+				n := n + 1;
+				FOREACH v IN ARRAY ARRAY['app', '$su'] LOOP
+					BEGIN
+						EXECUTE format('SELECT %s(jsonb_populate_record(NULL::%s, %L))::text',
+									   f.fn, f.t, jsonb_build_object('caller', v));
+						st := 'ran';
+					EXCEPTION WHEN OTHERS THEN
+						st := SQLSTATE;
+					END;
+					IF st <> '23514' THEN
+						bad := bad || format(' %s as %s: %s', f.fn, v, st);
+					END IF;
+				END LOOP;
+			END LOOP;
+			RETURN n || CASE WHEN bad = '' THEN ' all refused' ELSE ':' || bad END;
+		END
+		\$\$;
+		GRANT EXECUTE ON FUNCTION intruder.forge_internals() TO PUBLIC;
+	});
+	for my $who ('intruder', 'app', $su)
+	{
+		my ($rc, $out, $err) = try_as($who, "$LOCK_TIMEOUT SELECT intruder.forge_internals()");
+		diag($err) if $rc;
+		like($out, qr/^\d+ all refused$/,
+			"internals: each called with another role as the caller, in $who\'s session, is refused: $out");
+		cmp_ok(($out =~ /^(\d+)/)[0] // 0, '>=', 20, 'internals: the internal functions with a caller, from the catalog');
+	}
+	{
+		for my $type (split /\n/, $node->safe_psql('postgres', q{
+			SELECT t.oid::regtype FROM pg_type t
+			 WHERE t.typnamespace = 'idem'::regnamespace AND t.typname LIKE 'idem\_\_%' AND t.typtype IN ('c', 'd')
+			 ORDER BY 1}))
+		{
+			my ($trc, $tout, $terr) = try_as('intruder', "CREATE TABLE intruder.stash (v $type)");
+			like($terr, qr/permission denied for type/, "internals: no table of the intruder's keeps a $type");
+		}
+	}
+	my $after = 'p' . ++$phase;
+	$node->safe_psql('postgres', "SELECT judge.take('$after')");
+	is(limit($node->safe_psql('postgres', "SELECT * FROM judge.diff('$before', '$after', ARRAY['intruder']::name[])")),
+		'', 'internals: no row of another scope changed, appeared or went');
+}
+
 # --- The extension's relations (pg_depend again): neither a client role
 # nor a role without grants may read or write any of them.
 for my $role ('intruder', 'outsider')
 {
 	my $open = $node->safe_psql('postgres', qq{
 		SELECT string_agg(c.oid::regclass || ': ' || p, ', ' ORDER BY 1)
-		  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid,
+		  FROM pg_class c,
 		       unnest(CASE WHEN c.relkind = 'S' THEN '{SELECT,UPDATE,USAGE}'::text[]
 		                   ELSE '{SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER}'::text[] END) AS p
-		 WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e'
-		   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+		 WHERE $installed_rel
 		   AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege('$role', c.oid, p)
 		            ELSE has_table_privilege('$role', c.oid, p) END});
 	is($open, '', "$role has no privilege on any table, view or sequence of the extension");
@@ -221,11 +302,9 @@ for my $role ('intruder', 'outsider')
 # the superuser.
 {
 	my $counts = 'SELECT ' . join(" || ', ' || ", map { "'$_ ' || (SELECT count(*) FROM $_)" }
-		  split /\n/, $node->safe_psql('postgres', q{
+		  split /\n/, $node->safe_psql('postgres', qq{
 			SELECT c.oid::regclass::text
-			  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
-			 WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e' AND c.relkind = 'r'
-			   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+			  FROM pg_class c WHERE $installed_rel AND c.relkind = 'r'
 			 ORDER BY 1}));
 	my ($rc, $out, $err) = try_as('ops', $counts);
 	is($rc ? $err : $out, $node->safe_psql('postgres', $counts),
@@ -435,7 +514,7 @@ judged('autovacuum', ['intruder'], sub {
 	verdict('held-by-intruder');
 }
 
-HostileRoles::advisory_attacks($node, $LOCK_TIMEOUT);
+HostileRoles::advisory_attacks($node, $LOCK_TIMEOUT, $sql_script);
 
 # --- (Last of the attacks in app's scope: it leaves rows there.)
 # An AFTER trigger of a cascaded row is another matter: PostgreSQL queues

@@ -10,14 +10,15 @@
 # 2. PREPARE TRANSACTION with an attempt open, or with its failure
 #    recorded, is refused; the attempt stays this session's.
 # 3. DISCARD ALL (what a session pooler runs when a client leaves) with an
-#    unaccounted attempt: the attempt is recorded, and its lock released,
-#    before the next client gets the connection.
-# 4. The attempt's lock is no advisory lock (issue 24, defects 3-4): it is
-#    not in pg_locks, and pg_advisory_unlock_all() -- plain, in a view, in
-#    a SQL function, in a statement prepared before the attempt -- releases
-#    nothing: a second
-#    delivery still waits, and finds the message dead once the first
-#    session ends.
+#    unaccounted attempt: the attempt is handed over (nothing is written,
+#    so it cannot fail), the next client inherits nothing, and the next
+#    delivery of the message, on any connection, adopts the failure.
+# 4. The attempt's lock is no advisory lock: it is not in pg_locks, and
+#    pg_advisory_unlock_all() -- plain, in a view, in a SQL function, in a
+#    statement prepared before the attempt -- releases nothing of the
+#    attempt: it only drops the lock other deliveries sleep on, so the next
+#    delivery adopts the orphan, its failure with it, and finds the message
+#    dead; the first session's own recording and exit count nothing more.
 # 5. A server crash during an attempt: not counted, the message runs once
 #    more after the restart (the documented limit).
 use strict;
@@ -123,7 +124,7 @@ $s->quit;
 is(message('m-2pc'), 'dead 1', '2pc: the first attempt is counted');
 is(message('m-2pc-b'), 'dead 1', '2pc: the second attempt is counted (by the exit)');
 
-### 3. DISCARD ALL records the unaccounted attempt before it drops the locks.
+### 3. DISCARD ALL hands the unaccounted attempt over.
 $s = $node->background_psql('postgres');
 $s->query_safe('BEGIN');
 is($s->query_safe(q{SELECT idem_inbox_begin('cap', 'm-discard', sha256('p'), 1)}),
@@ -131,9 +132,13 @@ is($s->query_safe(q{SELECT idem_inbox_begin('cap', 'm-discard', sha256('p'), 1)}
 $s->query_safe(q{INSERT INTO effects VALUES ('m-discard')});
 $s->query_safe('ROLLBACK');
 $s->query_safe('DISCARD ALL');
-is(message('m-discard'), 'dead 1', 'discard: DISCARD ALL recorded the attempt');
-is(redeliver('m-discard'), 'dead', 'discard: and released the message');
-is(redeliver('m-discard'), 'dead', 'discard: a delivery on another connection finds it dead');
+is(message('m-discard'), '', 'discard: DISCARD ALL wrote nothing');
+is(redeliver('m-discard'), 'dead', 'discard: a delivery on another connection adopts the failure: dead');
+is(redeliver('m-discard'), 'dead', 'discard: a delivery that rolled back handed it over again');
+is(q1(q{SELECT idem_inbox_begin('cap', 'm-discard', sha256('p'), 1)}), 'dead',
+	'discard: a delivery that commits');
+is(message('m-discard'), 'dead 1', 'discard: wrote the failure');
+is(runs('m-discard'), '0', 'discard: the handler never ran again');
 # The session goes on as a fresh one: a new attempt on it works.
 $s->query_safe('BEGIN');
 is($s->query_safe(q{SELECT idem_inbox_begin('cap', 'm-discard-2', sha256('p'), 1)}),
@@ -160,17 +165,16 @@ $s->query_safe(q{SELECT unlock_fn()});
 $s->query_safe(q{EXECUTE unlock_prepared});
 $s->query_safe('DISCARD PLANS');
 is(runs('m-unlock'), '0', 'unlock: the failed attempt left no effect');
-# Another connection's delivery waits for the unaccounted attempt (its
-# lock_timeout bounds the wait: without the lock it answers process at once).
-my ($answer, $stderr) = ('', '');
-$node->psql('postgres',
-	q{SET lock_timeout = '200ms'; BEGIN; SELECT idem_inbox_begin('cap', 'm-unlock', sha256('p'), 1); ROLLBACK;},
-	stdout => \$answer, stderr => \$stderr);
-isnt($answer, 'process', 'unlock: a second delivery is not told to process');
-like($stderr, qr/lock timeout/, 'unlock: it waited for the first attempt');
-# The first session ends: its attempt is recorded on the way out.
+# The session dropped the lock others wait on, so another connection's
+# delivery adopts the orphan, failure and all: it is never told to process.
+is(q1(q{SELECT idem_inbox_begin('cap', 'm-unlock', sha256('p'), 1)}), 'dead',
+	'unlock: a second delivery adopts the unaccounted attempt and finds the message dead');
+is(message('m-unlock'), 'dead 1', 'unlock: the failure is counted once');
+# The first session's own recording, and its exit, count nothing more.
+is($s->query_safe(q{SELECT outcome || ' ' || error_count FROM idem_inbox_fail('cap', 'm-unlock', 'late')}),
+	'dead 1', 'unlock: the first session\'s idem_inbox_fail records nothing and answers dead');
 $s->quit;
-is(message('m-unlock'), 'dead 1', 'unlock: the attempt was counted when its session ended');
+is(message('m-unlock'), 'dead 1', 'unlock: nor does its exit');
 is(redeliver('m-unlock'), 'dead', 'unlock: a delivery finds the message dead');
 
 ### 5. A server crash during an attempt is not counted (documented limit).

@@ -19,6 +19,12 @@
 # The judge (schema "judge", the superuser's) snapshots every table of
 # the extension (pg_depend again) and lists the rows that changed,
 # appeared or went away and do not belong to the attacker's scope.
+#
+# With IDEM_SQL_SCRIPT (tests/suites/66_sql_edition.sh) the extension is
+# the SQL edition's plain script, installed into schema idem: its objects
+# are those of the schema (the attacker's are in its own), and its
+# internal functions (idem__*, reached through casts) are attacked apart,
+# by 073_hostile_roles.pl.
 package HostileRoles;
 
 use strict;
@@ -26,27 +32,41 @@ use warnings;
 
 use Test::More;
 
+our $sql_script = $ENV{IDEM_SQL_SCRIPT};
+
+# The predicate "the row of pg_class / pg_proc under $alias is one of
+# pg_idem's": a member of the extension, or of the SQL edition's schema
+# (its internal functions apart).
+sub installed
+{
+	my ($catalog, $alias) = @_;
+	if ($sql_script)
+	{
+		return $catalog eq 'pg_class'
+		  ? "$alias.relnamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace::pg_catalog.oid"
+		  : "$alias.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace::pg_catalog.oid"
+		  . " AND $alias.proname OPERATOR(pg_catalog.!~~) 'idem\\_\\_%'::pg_catalog.text";
+	}
+	return "EXISTS (SELECT FROM pg_catalog.pg_depend d"
+	  . " WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.$catalog'::pg_catalog.regclass"
+	  . " AND d.objid OPERATOR(pg_catalog.=) $alias.oid"
+	  . " AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
+	  . " AND d.deptype OPERATOR(pg_catalog.=) 'e'"
+	  . " AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e"
+	  . " WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem'))";
+}
+
 # The catalog's list: every function of the extension but the triggers.
-our $functions_view = q{
+our $functions_view = qq{
 CREATE VIEW intruder.functions AS
 SELECT p.oid, p.oid::pg_catalog.regprocedure::pg_catalog.text AS sig, p.prokind
-  FROM pg_catalog.pg_depend d
-  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
- WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-   AND d.deptype OPERATOR(pg_catalog.=) 'e'
-   AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
-                                           WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem')
+  FROM pg_catalog.pg_proc p
+ WHERE @{[ installed('pg_proc', 'p') ]}
    AND p.prorettype OPERATOR(pg_catalog.<>) 'pg_catalog.trigger'::pg_catalog.regtype;
 CREATE VIEW intruder.trigger_functions AS
 SELECT p.oid, p.oid::pg_catalog.regprocedure::pg_catalog.text AS sig
-  FROM pg_catalog.pg_depend d
-  JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) d.objid
- WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
-   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
-   AND d.deptype OPERATOR(pg_catalog.=) 'e'
-   AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
-                                           WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem')
+  FROM pg_catalog.pg_proc p
+ WHERE @{[ installed('pg_proc', 'p') ]}
    AND p.prorettype OPERATOR(pg_catalog.=) 'pg_catalog.trigger'::pg_catalog.regtype;
 };
 
@@ -273,6 +293,13 @@ END $$;
 };
 
 # The defaults of the parameters no target set names.
+# Without the library, idem.scope is a placeholder, which PostgreSQL 15
+# lets only a superuser put in a function's SET clause: the SQL edition's
+# definer sets it in its body instead (until the end of the transaction).
+$plant =~ s/ SET idem\.scope = 'app' AS \$\$\n/ AS \$\$\n\tSELECT pg_catalog.set_config('idem.scope', 'app', true);\n/
+  or die 'the plant of idem.scope changed'
+  if $sql_script;
+
 our $defaults = q{
 INSERT INTO intruder.defaults (pname, ptype, val) VALUES
 	('principal', 'text', 'user:1'), ('method', 'text', 'POST'), ('key', 'text', 'k1'),
@@ -309,9 +336,8 @@ DECLARE
 BEGIN
 	FOR r IN
 		SELECT c.oid::regclass AS rel
-		  FROM pg_depend d JOIN pg_class c ON c.oid = d.objid
-		 WHERE d.classid = 'pg_class'::regclass AND d.deptype = 'e'
-		   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+		  FROM pg_class c
+		 WHERE } . installed('pg_class', 'c') . q{
 		   AND c.relkind IN ('r', 'p')
 	LOOP
 		EXECUTE format('INSERT INTO judge.snap SELECT %L, %L, t::text, to_jsonb(t)->>''scope'' FROM %s t',
@@ -493,7 +519,7 @@ sub wait_query
 # The advisory-lock attacks on the inbox.
 sub advisory_attacks
 {
-	my ($node, $lock_timeout) = @_;
+	my ($node, $lock_timeout, $no_hold) = @_;
 	my $h = q{sha256('body-1'::bytea)};
 
 	# 1. A role with no grant takes the lock id of app's next message.
@@ -524,6 +550,10 @@ sub advisory_attacks
 	$a->query_safe(q{SELECT idem.idem_inbox_done('orders-app', 'm-seen'); COMMIT});
 	$a->quit;
 	$o->quit;
+
+	# (The SQL edition holds no advisory lock, and does not count an
+	# attempt rolled back without its recording: nothing to release.)
+	return if $no_hold;
 
 	# 3. After a failed max_attempts = 1 attempt, app's own session releases
 	# its hold on the message with ordinary SQL; a second delivery must not

@@ -8,8 +8,10 @@
 // profiles. The Python and Node suites read the same file.
 #include <idem/config.hpp>
 #include <idem/http.hpp>
+#include <idem/inbox.hpp>
 #include <idem/key.hpp>
 #include <idem/metrics.hpp>
+#include <idem/outbox.hpp>
 #include <idem/protocol.hpp>
 #include <idem/version.hpp>
 
@@ -332,4 +334,42 @@ TEST(Conformance, MetricsSeriesAndEvents)
     }
     for (const json &e : events)
         EXPECT_NE(text.find("idem_client_events_total{event=\"" + e.get<std::string>() + "\"} 0"), std::string::npos);
+}
+
+TEST(Conformance, InboxAnswersResultsAndBrokerActions)
+{
+    const json &m = conformance().at("messaging");
+    for (const json &a : m.at("inbox_answers"))
+    {
+        const auto answer = protocol::parse_inbox_answer(a.at("name").get<std::string>());
+        ASSERT_NE(answer, protocol::inbox_answer::unknown) << a;
+        EXPECT_EQ(protocol::name(protocol::result_of(answer)), a.at("result").get<std::string>()) << a;
+    }
+    EXPECT_EQ(protocol::parse_inbox_answer("no such answer"), protocol::inbox_answer::unknown);
+    const char *actions[] = {"ack", "requeue", "requeue_after"};
+    std::size_t results = 0;
+    for (const json &r : m.at("inbox_results"))
+    {
+        const auto o = static_cast<inbox_outcome>(results++);
+        EXPECT_EQ(to_string(o), r.at("name").get<std::string>());
+        EXPECT_EQ(actions[static_cast<int>(protocol::broker_action_of(o))], r.at("broker").get<std::string>()) << r;
+    }
+    EXPECT_EQ(to_string(inbox_outcome::unknown), std::string("unknown"));
+    EXPECT_EQ(protocol::inbox_max_attempts, m.at("inbox").at("max_attempts").get<int>());
+    EXPECT_EQ(inbox_settings{}.max_attempts, m.at("inbox").at("default_max_attempts").get<int>());
+}
+
+TEST(Conformance, NackOutcomesAndRelayCounts)
+{
+    const json &m = conformance().at("messaging");
+    for (const json &n : m.at("nack_outcomes"))
+        EXPECT_NE(protocol::parse_nack_outcome(n.at("name").get<std::string>()), protocol::nack_outcome::unknown) << n;
+    EXPECT_EQ(protocol::parse_nack_outcome("later"), protocol::nack_outcome::unknown);
+    // batch_report has a field per relay count, in the protocol's order.
+    batch_report r;
+    std::size_t *fields[] = {&r.claimed, &r.published, &r.acked, &r.lease_lost, &r.retried,
+                             &r.dead, &r.stale, &r.held_back, &r.expired, &r.abandoned};
+    ASSERT_EQ(m.at("relay_counts").size(), std::size(fields));
+    for (std::size_t i = 0; i < std::size(fields); ++i)
+        EXPECT_EQ(protocol::relay_counts[i], m.at("relay_counts")[i].get<std::string>());
 }

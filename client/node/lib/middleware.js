@@ -11,9 +11,14 @@
 // response is buffered so that it can be stored.
 //
 // What the framework answers stays its own: a malformed JSON body is the
-// 400 error express.json() raises (before any claim), a guarded request
-// without a principal is a 401 error for the application's error handler
-// (never the principal "" shared by every caller).
+// 400 error express.json() raises (before any claim). A guarded request
+// without a principal is answered 401 principal-missing, as by the Python
+// and C++ clients (protocol.toml [client.missing_principal]): never keyed
+// on the principal "" shared by every caller, never run unguarded.
+//
+// Start-up: `await middleware.ready()` (Express) before listening, or
+// Fastify's own ready()/listen() (an onReady hook), refuses to start on a
+// store the runner cannot use (./startup).
 
 const { Readable } = require('node:stream');
 const pg = require('pg');
@@ -60,26 +65,18 @@ function settings(opts) {
     runner: runnerOf(opts),
     mode,
     principal: opts.principal,
+    startupWait: opts.startupWait,
     methods: new Set((opts.methods || ['POST', 'PATCH']).map((m) => m.toUpperCase())),
     keyRequired: Boolean(opts.keyRequired),
     fingerprint: fingerprintOf(opts.fingerprint),
   };
 }
 
-// The principal of a guarded request, or an error for the application's
-// error handler: a request without one would share the key space of every
-// other anonymous caller.
+// The principal of a request: undefined, null or '' is none, which the
+// runner refuses for a guarded request (401 principal-missing).
 function principalOf(s, req) {
   const p = s.principal(req);
-  if (p === undefined || p === null || p === '') {
-    const err = new Error('pg-idem: this request has an Idempotency-Key but no principal (principal(req) gave '
-      + `${p === '' ? 'an empty string' : p}); authenticate it first`);
-    err.status = err.statusCode = 401; // eslint-disable-line no-multi-assign
-    err.expose = true;
-    err.code = 'PG_IDEM_NO_PRINCIPAL';
-    throw err;
-  }
-  return p;
+  return p === undefined || p === null ? '' : String(p);
 }
 
 // The SyntaxError express.json() (body-parser) raises for a body it cannot
@@ -200,8 +197,8 @@ function express(opts = {}) {
     })().catch(next);
     return undefined;
   }
-  // await middleware.ready() at start-up to refuse to start on a misconfigured store.
-  pgIdempotency.ready = () => s.runner.ready();
+  // await middleware.ready() at start-up to refuse to start on a store the runner cannot use.
+  pgIdempotency.ready = () => s.runner.ready({ wait: s.startupWait });
   pgIdempotency.runner = s.runner;
   return pgIdempotency;
 }
@@ -212,6 +209,11 @@ function fastify(instance, opts, done) {
   const s = settings(opts);
   const guarded = (request) => s.methods.has(request.method.toUpperCase())
     && (s.keyRequired || keyFields(request.raw.rawHeaders).length > 0);
+
+  // fastify.ready() and listen() fail on a store the runner cannot use.
+  instance.addHook('onReady', async () => {
+    await s.runner.ready({ wait: s.startupWait });
+  });
 
   // Keep the raw body for the request hash, and give Fastify the same bytes.
   instance.addHook('preParsing', async (request, reply, payload) => {

@@ -14,6 +14,16 @@ const OLDEST_EXTENSION = "0.3.0";
 // A handler's validation failures: released, not stored, unless storeClientErrors.
 const VALIDATION_STATUSES = Object.freeze([400, 422]);
 
+// A guarded request without a principal: refused ([client.missing_principal]).
+const MISSING_PRINCIPAL = Object.freeze({"problem": "principal_missing", "result": "rejected"});
+// An exhausted connection pool ([client.pool]): the answer's problem, its run
+// result and metrics event, how long a request waits for a connection (ms),
+// the waiting duplicates' share of a pool, the fix every log line names.
+const POOL = Object.freeze({"problem": "pool_exhausted", "result": "failed", "event": "pool_exhausted", "waitMs": 5000, "duplicatesShare": 0.5, "fix": "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner"});
+// How long ready() waits for a server that does not answer yet (ms), and
+// the SQLSTATEs it waits through ([client.startup]).
+const STARTUP = Object.freeze({"waitMs": 10000, "retrySqlstates": ["57P03", "53300"]});
+
 const FINALIZE = 'finalize';
 const RELEASE = 'release';
 const FAIL = 'fail';
@@ -53,6 +63,8 @@ const PROBLEMS = Object.freeze({
   expired: Object.freeze({ name: "expired", slug: "idempotency-key-expired", title: "This Idempotency-Key has expired", detail: "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", status: Object.freeze({"ietf": 410, "conflict409": 409}), retryAfter: false }),
   request_too_large: Object.freeze({ name: "request_too_large", slug: "request-too-large", title: "Request body too large", detail: "The request body is over {limit} bytes.", status: Object.freeze({"ietf": 413, "conflict409": 413}), retryAfter: false }),
   store_unavailable: Object.freeze({ name: "store_unavailable", slug: "idempotency-store-unavailable", title: "Idempotency store unavailable", detail: "The request was not run. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
+  pool_exhausted: Object.freeze({ name: "pool_exhausted", slug: "connection-pool-exhausted", title: "The service's connection pool is exhausted", detail: "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
+  principal_missing: Object.freeze({ name: "principal_missing", slug: "principal-missing", title: "The request has no authenticated principal", detail: "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", status: Object.freeze({"ietf": 401, "conflict409": 401}), retryAfter: false }),
   outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
 });
 
@@ -149,6 +161,8 @@ const ProblemName = Object.freeze({
   EXPIRED: "expired",
   REQUEST_TOO_LARGE: "request_too_large",
   STORE_UNAVAILABLE: "store_unavailable",
+  POOL_EXHAUSTED: "pool_exhausted",
+  PRINCIPAL_MISSING: "principal_missing",
   OUTCOME_UNKNOWN: "outcome_unknown",
 });
 
@@ -164,6 +178,7 @@ const Event = Object.freeze({
   RELEASE_ERROR: "release_error",
   UNKNOWN_OUTCOME: "unknown_outcome",
   FINALIZED: "finalized",
+  POOL_EXHAUSTED: "pool_exhausted",
 });
 
 // The HTTP status profiles (config.profile).
@@ -220,6 +235,53 @@ function namespacedTarget(namespace, target) {
   return namespace === undefined || namespace === null ? target : `${namespace} ${target}`;
 }
 
+// ---- messaging: the inbox's answers, a consumer's results, the relay ----
+
+// What idem_inbox_begin and idem_inbox_fail answer.
+const InboxAnswer = Object.freeze({
+  PROCESS: "process",
+  DUPLICATE: "duplicate",
+  DEAD: "dead",
+  MISMATCH: "mismatch",
+  RETRY: "retry",
+});
+
+// What a consumer reports for a delivery (result.outcome), also its metrics label.
+const InboxOutcome = Object.freeze({
+  PROCESSED: "processed",
+  DUPLICATE: "duplicate",
+  DEAD: "dead",
+  MISMATCH: "mismatch",
+  RETRY: "retry",
+  UNKNOWN: "unknown",
+});
+
+// What a consumer does with a delivery at its broker.
+const BrokerAction = Object.freeze({
+  ACK: "ack",
+  REQUEUE: "requeue",
+  REQUEUE_AFTER: "requeue_after",
+});
+
+// The consumer's result for each server answer (process: once done commits).
+const INBOX_RESULT_OF = Object.freeze({"process": "processed", "duplicate": "duplicate", "dead": "dead", "mismatch": "mismatch", "retry": "retry"});
+const BROKER_ACTION_OF = Object.freeze({"processed": "ack", "duplicate": "ack", "dead": "ack", "mismatch": "ack", "retry": "requeue_after", "unknown": "requeue"});
+const INBOX_DEFAULT_MAX_ATTEMPTS = 5;
+const INBOX_MAX_ATTEMPTS = 1000;
+
+// What idem_outbox_nack answers.
+const NackOutcome = Object.freeze({
+  RETRY: "retry",
+  DEAD: "dead",
+  STALE: "stale",
+});
+
+// The count of a relay's batch report that each nack outcome adds to.
+const NACK_COUNT = Object.freeze({"retry": "retried", "dead": "dead", "stale": "stale"});
+// What a relay's batch report counts, also its metrics label.
+const RELAY_COUNTS = Object.freeze(["claimed", "published", "acked", "lease_lost", "retried", "dead", "stale", "held_back", "expired", "abandoned"]);
+const MESSAGING_METRICS = Object.freeze({"inbox": "idem_client_inbox_messages_total", "inbox_label": "outcome", "inbox_help": "Deliveries handled by the pg_idem inbox consumer, by outcome.", "relay": "idem_client_outbox_events_total", "relay_label": "result", "relay_help": "Outbox events seen by the pg_idem relay, by what became of them."});
+
 module.exports = {
   KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, DEPRECATED_PROFILES, OLDEST_EXTENSION,
   VALIDATION_STATUSES, FINALIZE, RELEASE, FAIL, KeyStatus,
@@ -228,4 +290,6 @@ module.exports = {
   ServerOutcome, ClientOutcome, Action, ProblemName, Event, Profile, EVENTS, DEFAULTS, LIMITS,
   REPLAYED_HEADER, DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS, NEVER_STORED_HEADER_PARTS,
   METRICS, namespacedTarget,
+  MISSING_PRINCIPAL, POOL, STARTUP,
+  InboxAnswer, InboxOutcome, BrokerAction, INBOX_RESULT_OF, BROKER_ACTION_OF, INBOX_DEFAULT_MAX_ATTEMPTS, INBOX_MAX_ATTEMPTS, NackOutcome, NACK_COUNT, RELAY_COUNTS, MESSAGING_METRICS,
 };

@@ -4,6 +4,8 @@
 // A request answered 503 "idempotency-store-unavailable" has its reason in
 // the log instead of nowhere.
 
+const { isPoolExhausted, poolFix } = require('./pool');
+
 const sqlstateOf = (e) => (e && typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code) ? e.code : undefined);
 
 // What to do, by SQLSTATE (or node's error code), for the causes a
@@ -21,16 +23,17 @@ const FIXES = {
   '57P03': 'the server is starting up or shutting down: retry',
   57014: 'a statement was cancelled (statement_timeout): keep statement_timeout above followerWaitBudget',
   '28P01': 'authentication failed: check the user and password of the connection string',
-  '28000': 'the server refused the connection (pg_hba.conf): allow this user, database and host',
+  '28000': "the server refused the role: check the connection string's user (does the role exist, may it log in?) "
+    + 'and pg_hba.conf (allow this user, database and host)',
   '3D000': 'the database does not exist: check the connection string',
   ECONNREFUSED: 'nothing listens at the connection string\'s host and port: is the server (or PgBouncer) running?',
   ENOTFOUND: 'the connection string\'s host name does not resolve',
   PG_IDEM_SETUP: undefined, // a SetupError carries its own fix
-  PG_IDEM_POOL_TIMEOUT: 'every connection of the pool was busy: raise the pool\'s max or lower the load',
 };
 
 function fixFor(err) {
   if (err && err.fix) return err.fix;
+  if (isPoolExhausted(err)) return poolFix(err); // the server was never asked
   const state = sqlstateOf(err);
   if (state && FIXES[state]) return FIXES[state];
   if (state && state.startsWith('08')) return 'the connection to the server was lost: check the server and the network';
@@ -62,7 +65,7 @@ class Reporter {
     this.seen = new Set();
   }
 
-  report(err, where = 'idempotency store error') {
+  report(err, where = isPoolExhausted(err) ? 'connection pool exhausted' : 'idempotency store error') {
     const state = sqlstateOf(err);
     if (this.onError) {
       try {

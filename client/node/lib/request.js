@@ -1,8 +1,15 @@
 'use strict';
-// A run's input and output: the request as the runner reads it, the result
-// it answers (RunResult), and what a handler knows about its claim.
+// A run's input and output: the request as the runner reads it (and what
+// it answers before claiming), the result it answers (RunResult), what a
+// handler knows about its claim, and a claim function's row.
 
+const protocol = require('./protocol');
 const { ClientOutcome } = require('./protocol');
+const { problems, protocolProblem } = require('./http');
+const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
+
+// The claim outcomes whose caller runs the handler.
+const WON = new Set(Object.values(protocol.OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
 
 // What a handler knows about the claim it runs under.
 class ClaimContext {
@@ -42,4 +49,52 @@ function result() {
     outcomeUnknown: false, generation: 0n, error: null };
 }
 
-module.exports = { ClaimContext, normalizeRequest, result };
+// {early: the answer} when the request goes no further; {c: null} to run
+// unguarded; {c: the call's state} to claim. noPrincipal() is told of a
+// guarded request without a principal, refused (protocol.toml
+// [client.missing_principal]): never keyed on "" (one caller's replay to
+// another) nor run unguarded (twice).
+function prepareRun(raw, config, now, noPrincipal) {
+  const req = normalizeRequest(raw);
+  const p = config.profile;
+  const early = (response, outcome = ClientOutcome.REJECTED) => ({ early: { ...result(), response, outcome } });
+  const ks = checkKeyHeader(req.keys);
+  if ((ks !== KeyStatus.ABSENT || req.keyRequired) && !req.principal) {
+    noPrincipal();
+    return early(protocolProblem(protocol.MISSING_PRINCIPAL.problem, p), protocol.MISSING_PRINCIPAL.result);
+  }
+  if (ks === KeyStatus.ABSENT && req.keyRequired) return early(problems.missingKey(p));
+  if (ks !== KeyStatus.ABSENT && ks !== KeyStatus.OK) return early(problems.invalidKey(p, ks));
+  if (req.body.length > config.maxRequestBodyBytes) return early(problems.requestTooLarge(p, config.maxRequestBodyBytes));
+  if (ks === KeyStatus.ABSENT) return { c: null };
+  return {
+    c: {
+      // The namespace goes where the protocol says (the same key in every client).
+      ck: cacheKey(req.principal, req.method, protocol.namespacedTarget(config.namespace, req.target), req.keys[0]),
+      rh: requestHash(req.fingerprint),
+      deadline: now + config.followerWaitBudget,
+      iterations: 0,
+      backoff: config.pollMin,
+      res: result(),
+    },
+  };
+}
+
+// A row of idem_claim, idem_begin or idem_lookup.
+function parseRow(row) {
+  if (!row) throw new Error('pg-idem: expected one row from the claim function');
+  return {
+    outcome: row.outcome || '',
+    claimId: row.claim_id,
+    generation: row.generation ?? 0n,
+    retryAfter: row.retry_ms === null || row.retry_ms === undefined ? null : Number(row.retry_ms),
+    status: row.response_status,
+    headersJson: row.response_headers,
+    body: row.response_body,
+    get won() {
+      return WON.has(this.outcome);
+    },
+  };
+}
+
+module.exports = { ClaimContext, WON, normalizeRequest, parseRow, prepareRun, result };

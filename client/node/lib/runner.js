@@ -1,17 +1,16 @@
 'use strict';
 // The single-flight runner over node-postgres: claim, lease renewal, follower
-// wait, status matrix, replay, and the two exactly-once modes. A request
-// holds a pooled client only while it talks to the server: not while its
-// handler runs (lease, fenced: renewal takes a client per renewal) and not
-// while it waits as a follower (between wait slices), so neither a storm of duplicates nor
-// handlers using the same pool can starve it. The protocol is the C++ client's
-// (client/cpp/src/runner/runner.cpp) without the advisory-lock wake-up: followers use the
-// server-side wait, idem_claim(..., max_wait), when the server has it (0.3.0; not with
-// serverWait: false), and poll idem_lookup with jittered backoff otherwise. The claims pass
-// lock_wait where the server takes it (0.6.0), and set lock_timeout around the call on older
-// servers (./statements, legacy). Every query is unnamed (no `name:`), so the runner works
-// behind a transaction-mode pooler and leaves no session state. Outcomes, events and
-// problems are the protocol's constants (./protocol, from extension/protocol/protocol.toml).
+// wait, status matrix, replay, and the two exactly-once modes. A request holds a
+// pooled client only while it talks to the server: not while its handler runs (lease,
+// fenced: renewal takes a client per renewal) and not while it waits as a follower
+// (between wait slices), so neither a storm of duplicates nor handlers using the same
+// pool can starve it. The protocol is the C++ client's (client/cpp/src/runner/runner.cpp)
+// without the advisory-lock wake-up: followers use the server-side wait, idem_claim(...,
+// max_wait), when the server has it (0.3.0; not with serverWait: false), and poll
+// idem_lookup with jittered backoff otherwise. The claims pass lock_wait where the server
+// takes it (0.6.0), and set lock_timeout around the call on older servers (./statements,
+// legacy). Every query is unnamed (no `name:`): it works behind a transaction-mode pooler
+// and leaves no session state. Names are the protocol's constants (./protocol, generated).
 
 const pg = require('pg');
 const { Config } = require('./config');
@@ -22,12 +21,12 @@ const protocol = require('./protocol');
 const { OUTCOMES, Action, ClientOutcome, Event, ProblemName, ServerOutcome } = protocol;
 const { TYPES, beginText, statements, parseSizeSetting } = require('./statements');
 const { Keeper, lockWaitText, msText } = require('./keeper');
-const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
 const { checkSetup, routerRefusal } = require('./setup');
+const { Claims, isPoolExhausted } = require('./pool');
+const { startUp } = require('./startup');
 const { Reporter } = require('./report');
-const { ClaimContext, normalizeRequest, result } = require('./request');
+const { ClaimContext, WON, parseRow, prepareRun, result } = require('./request');
 
-const WON = new Set(Object.values(OUTCOMES).filter((o) => o.role === 'win').map((o) => o.name));
 // The statuses of a request that failed validation (the protocol's list):
 // with storeClientErrors off (the default, as Stripe) they free the key
 // instead of being stored, so that the corrected request is run, not
@@ -57,6 +56,8 @@ class Runner {
     this.sql = statements(this.config.schema);
     this.setup = null; // the first-use check's answer (./setup) once it passed
     this.reporter = new Reporter(this.config.logger, this.config.onError);
+    this.claims = new Claims(pool, () => this.checkout(), (client) => this.giveBack(client)); // ./pool
+    this.warnedPrincipal = false;
   }
 
   // {claim, begin}: whether the server waits for followers itself (null before the first check).
@@ -69,11 +70,25 @@ class Runner {
     return this.setup && this.setup.lockWait ? this.sql : this.sql.legacy;
   }
 
+  // The start-up check, to await before listening: the first-use check
+  // (./setup), made now; the role and database exist; a server that does
+  // not answer yet is waited for up to `wait` ms (./startup). Rejects with
+  // a SetupError saying what to fix; resolves once it passed.
+  ready({ wait } = {}) {
+    return startUp(this, wait);
+  }
+
+  // Which edition the first-use check found: 'c' (the library) or 'sql'
+  // (the SQL edition); null before it, and through a router.
+  get edition() {
+    return this.setup ? this.setup.edition : null;
+  }
+
   // The first-use check (./setup): the extension, its version, the role's
-  // privileges and path, the lease within idem.max_lease. Resolves once it
-  // passed (then never again); rejects with a SetupError saying what to fix.
-  // Await it at start-up to refuse to start; every run checks it first.
-  async ready(client) {
+  // privileges and path, the lease within idem.max_lease, on `client` (or
+  // one of the pool's). Resolves once it passed (then never again); rejects
+  // with a SetupError saying what to fix. Every run checks it first.
+  async checked(client) {
     if (this.setup) return this.setup;
     let own = null;
     try {
@@ -121,12 +136,13 @@ class Runner {
   // duplicates hold no pooled connection (behind a transaction-mode pooler,
   // no server connection either) while the winner needs one to finish.
   async hold(c) {
-    if (!c.client) c.client = await this.checkout();
+    if (!c.client) c.client = await this.claims.take(c, Math.max(0, c.deadline - now()));
     return c.client;
   }
 
   handBack(c) {
     if (!c.client) return;
+    this.claims.release(c.client);
     if (c.broken) c.client.idemBroken = true; // the claim's client goes back to be destroyed, not reused
     this.giveBack(c.client);
     c.client = null;
@@ -152,7 +168,15 @@ class Runner {
   }
 
   unavailable(c, err) {
+    // No client of the pool came free (./pool): a duplicate's budget ran
+    // out meanwhile (its answer is the budget's), or connection-pool-exhausted.
+    if (isPoolExhausted(err) && c.waited) return this.timedOut(c);
     c.res.error = c.res.error || err;
+    if (isPoolExhausted(err)) {
+      this.event(protocol.POOL.event);
+      return this.answer(c, protocolProblem(protocol.POOL.problem, this.config.profile, { retryMs: this.config.retryAfter }),
+        protocol.POOL.result);
+    }
     return this.answer(c, problems.storeUnavailable(this.config.profile, this.config.retryAfter), ClientOutcome.FAILED);
   }
 
@@ -160,47 +184,25 @@ class Runner {
     return this.answer(c, problems.inProgress(this.config.profile, this.config.retryAfter), OUTCOMES.in_progress.result);
   }
 
-  // {early} when the request goes no further; {c: null} to run unguarded.
+  // {early} when the request goes no further; {c: null} to run unguarded (./request).
   prepare(raw) {
-    const req = normalizeRequest(raw);
-    const p = this.config.profile;
-    const early = (response) => ({ early: { ...result(), response, outcome: ClientOutcome.REJECTED } });
-    const ks = checkKeyHeader(req.keys);
-    if (ks === KeyStatus.ABSENT && req.keyRequired) return early(problems.missingKey(p));
-    if (ks !== KeyStatus.ABSENT && ks !== KeyStatus.OK) return early(problems.invalidKey(p, ks));
-    if (req.body.length > this.config.maxRequestBodyBytes) return early(problems.requestTooLarge(p, this.config.maxRequestBodyBytes));
-    if (ks === KeyStatus.ABSENT) return { c: null };
-    return {
-      c: {
-        // The namespace goes where the protocol says (the same key in every client).
-        ck: cacheKey(req.principal, req.method, protocol.namespacedTarget(this.config.namespace, req.target), req.keys[0]),
-        rh: requestHash(req.fingerprint),
-        deadline: now() + this.config.followerWaitBudget,
-        iterations: 0,
-        backoff: this.config.pollMin,
-        res: result(),
-      },
-    };
+    return prepareRun(raw, this.config, now(), () => this.warnPrincipal());
+  }
+
+  warnPrincipal() {
+    if (this.warnedPrincipal) return;
+    this.warnedPrincipal = true;
+    this.reporter.log('pg-idem: a request with an Idempotency-Key has no principal: it is answered 401 principal-missing, '
+      + 'not run. If it was authenticated, the principal is read before the authentication sets it (put pg-idem after it); '
+      + 'a route without users names its callers as one principal (a fixed string)');
   }
 
   parseRow(row) {
-    if (!row) throw new Error('pg-idem: expected one row from the claim function');
-    return {
-      outcome: row.outcome || '',
-      claimId: row.claim_id,
-      generation: row.generation ?? 0n,
-      retryAfter: row.retry_ms === null || row.retry_ms === undefined ? null : Number(row.retry_ms),
-      status: row.response_status,
-      headersJson: row.response_headers,
-      body: row.response_body,
-      get won() {
-        return WON.has(this.outcome);
-      },
-    };
+    return parseRow(row);
   }
 
   async claim(c, client, wait) {
-    const caps = (await this.ready(client)).serverWait;
+    const caps = (await this.checked(client)).serverWait;
     const rem = Math.max(0, c.deadline - now());
     const lease = msText(this.config.lease);
     if (wait && caps.claim) {
@@ -260,7 +262,7 @@ class Runner {
   // before anything is claimed; undefined when the server is not one.
   async refuseRouter(c, mode) {
     try {
-      if ((await this.ready(await this.hold(c))).router) throw routerRefusal(mode);
+      if ((await this.checked(await this.hold(c))).router) throw routerRefusal(mode);
     } catch (e) {
       return this.unavailable(c, e);
     }
@@ -679,7 +681,7 @@ class Runner {
         client = await this.hold(c);
         if (!doClaim) row = await this.lookup(c, client);
         else {
-          const caps = (await this.ready(client)).serverWait;
+          const caps = (await this.checked(client)).serverWait;
           const rem = Math.max(0, c.deadline - now());
           const slice = Math.min(rem, this.config.waitSlice);
           const lease = msText(this.config.lease);

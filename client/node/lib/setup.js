@@ -34,7 +34,10 @@ const QUERY = 'SELECT x.extversion AS version, x.nspname AS schema, '
   + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_begin' AND p.pronargs OPERATOR(pg_catalog.>=) 4), false) AS begin_wait, "
   + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_claim' AND p.pronargs OPERATOR(pg_catalog.=) 5), false) AS lock_wait, "
   + '(SELECT s.setting || coalesce(s.unit, \'\') FROM pg_catalog.pg_settings s '
-  + "WHERE s.name OPERATOR(pg_catalog.=) 'idem.max_lease') AS max_lease "
+  + "WHERE s.name OPERATOR(pg_catalog.=) 'idem.max_lease') AS max_lease, "
+  // idem_edition() (0.6.0): 'c' or 'sql'; the SQL edition's plain script
+  // has no extension row, and is no router.
+  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_edition' AND p.pronargs OPERATOR(pg_catalog.=) 0), false) AS has_edition "
   + 'FROM (SELECT e.extversion, e.oid AS ext, n.oid, n.nspname FROM pg_catalog.pg_extension e '
   + 'JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace '
   + "WHERE e.extname OPERATOR(pg_catalog.=) 'pg_idem' "
@@ -66,8 +69,9 @@ function settingMs(text) {
 }
 
 // Checks the server for this configuration on a connection; returns
-// {version, schema, serverWait: {claim, begin}, lockWait, maxLease, router}
-// or throws SetupError.
+// {version, schema, serverWait: {claim, begin}, lockWait, maxLease, router,
+// edition} (edition: 'c' for the library, 'sql' for the SQL edition, null
+// through a router) or throws SetupError.
 async function checkSetup(client, config) {
   const r = await client.query({ text: QUERY, values: [FUNCTIONS] });
   const row = r.rows[0];
@@ -76,7 +80,9 @@ async function checkSetup(client, config) {
       'CREATE EXTENSION pg_idem (as its owner; see docs/guides/privileges.md)');
   }
   // No version: a router, whose partitions' versions it does not show
-  // (docs/guides/sharding.md); the rest is checked on its own functions.
+  // (docs/guides/sharding.md), or the SQL edition's plain script (it has
+  // idem_edition, and is at least 0.6.0); the rest is checked on its own
+  // functions.
   if (row.version !== null && olderThan(row.version, OLDEST_EXTENSION)) {
     throw new SetupError(`the extension pg_idem is version ${row.version}, older than ${OLDEST_EXTENSION}, the oldest this client supports`,
       'ALTER EXTENSION pg_idem UPDATE (docs/guides/upgrading.md)');
@@ -108,8 +114,14 @@ async function checkSetup(client, config) {
   }
   const serverWait = config.serverWait === false ? { claim: false, begin: false }
     : { claim: Boolean(row.claim_wait), begin: Boolean(row.begin_wait) };
-  return { version: row.version, schema: row.schema, serverWait, lockWait: Boolean(row.lock_wait), maxLease,
-    router: row.version === null };
+  const router = row.version === null && !row.has_edition;
+  let edition = router ? null : 'c';
+  if (row.has_edition) {
+    const e = await client.query(`SELECT "${row.schema.replace(/"/g, '""')}".idem_edition() AS edition`);
+    edition = e.rows[0].edition;
+  }
+  return { version: row.version, schema: row.schema, serverWait, lockWait: Boolean(row.lock_wait), maxLease, router,
+    edition };
 }
 
 // Fenced and in-transaction modes need the handler's transaction on the

@@ -178,3 +178,20 @@ test('the metrics\' series and events', async () => {
     assert.deepEqual(new Set(m.values.map((x) => x.labels[series.label])), new Set(values), kind);
   }
 });
+
+test('inbox answers, results and broker actions; nack outcomes and relay counts', () => {
+  const { InboxResult } = require('../lib/inbox'); // eslint-disable-line global-require
+  const { emptyReport } = require('../lib/outbox'); // eslint-disable-line global-require
+  const { protocol } = idem;
+  const m = spec.messaging;
+  for (const a of m.inbox_answers) assert.equal(protocol.INBOX_RESULT_OF[a.name], a.result);
+  for (const r of m.inbox_results) {
+    const result = Object.assign(new InboxResult(), { outcome: r.name });
+    assert.equal(result.brokerAction, r.broker);
+  }
+  assert.deepEqual(Object.values(protocol.InboxOutcome), m.inbox_results.map((r) => r.name));
+  assert.equal(new idem.Inbox('host=/nowhere').maxAttempts, m.inbox.default_max_attempts);
+  assert.equal(protocol.INBOX_MAX_ATTEMPTS, m.inbox.max_attempts);
+  assert.deepEqual(Object.keys(emptyReport()), m.relay_counts);
+  assert.deepEqual({ ...protocol.NACK_COUNT }, Object.fromEntries(m.nack_outcomes.map((n) => [n.name, n.count])));
+});

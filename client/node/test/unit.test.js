@@ -139,12 +139,13 @@ test('early answers need no database', async () => {
     assert.equal(res.response.status, status);
     assert.equal(res.outcome, 'rejected');
   }
-  assert.equal((await r.run({ keys: [], keyRequired: true }, h)).response.status, 400);
-  assert.equal((await r.run({ keys: ['k'], body: '12345' }, h)).response.status, 413);
+  assert.equal((await r.run({ principal: 'p', keys: [], keyRequired: true }, h)).response.status, 400);
+  assert.equal((await r.run({ principal: 'p', keys: ['k'], body: '12345' }, h)).response.status, 413);
+  assert.equal((await r.run({ keys: ['k'] }, h)).response.status, 401); // no principal
   const un = await r.run({ keys: [] }, h);
   assert.equal(un.outcome, 'unguarded');
   assert.ok(un.handlerRan);
-  const db = await r.run({ keys: ['k'] }, h);
+  const db = await r.run({ principal: 'p', keys: ['k'] }, h);
   assert.equal(db.response.status, 503); // the store is unavailable: nothing runs
   assert.equal(db.handlerRan, false);
 });

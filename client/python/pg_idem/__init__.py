@@ -15,6 +15,7 @@ from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Resp
                    is_never_stored, problem, problems)
 from .key import InvalidKey, KeyStatus, cache_key, check_key, check_key_header, request_hash
 from ._checks import ErrorReport, StoreMisconfigured
+from ._pool import PoolExhausted
 from ._engine import ClaimContext, Request, RunResult
 from .runner import RetryRequest, Runner, SimplePool
 
@@ -25,6 +26,7 @@ __all__ = [
     "RunResult", "ClaimContext", "classify", "FINALIZE", "RELEASE", "FAIL", "REPLAY_HEADER",
     "HeaderAllowlist", "is_never_stored", "problem", "problems", "KeyStatus", "InvalidKey",
     "cache_key", "check_key", "check_key_header", "request_hash", "ErrorReport", "StoreMisconfigured",
+    "PoolExhausted",
 ]
 
 

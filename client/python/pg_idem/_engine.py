@@ -16,134 +16,36 @@ The names of outcomes, events and problems are the protocol's constants
 string literals: the static suite refuses a literal copy.
 """
 
-import dataclasses
-import random
+import threading
 import time
 
 import psycopg
 
 from . import protocol
-from ._checks import Reporter, log, router_refusal, verify
+from ._checks import Reporter, describe_edition, edition_sql, log, router_refusal, verify
+from ._pool import is_pool_exhausted
 from .protocol import Action, ClientErrors, ClientOutcome as Out, Event, ServerOutcome
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
-from .key import KeyStatus, cache_key, check_key_header, request_hash
+from .key import KeyStatus, check_key_header
+# Request, ClaimContext and RunResult are the package's (pg_idem/__init__.py); _Call the tests'.
+from ._call import (WAIT_SLICE, ClaimContext, Request, RunResult, _Call, _as_response,  # noqa: F401
+                    _jittered, _remaining, _sqlstate)
+from ._transactions import TransactionModes
 # The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
 from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, Batch, CallHandler, Query,  # noqa: F401
                    Release, Sleep, StartKeeper, StopKeeper, pipeline_mode, unprepared_retry)
 # _ms_text, _lock_wait_text and parse_size_setting are the drivers' and tests' too.
 from ._statements import Statements, _lock_wait_text, _ms_text, _text, parse_row, parse_size_setting
 
+
 # How many times a result whose handler has run is sent (each failure
 # settled by reading the key) before it is left to its lease.
 STORE_ATTEMPTS = 3
-# The longest a follower waits inside one idem_claim / idem_begin call
-# (protocol.toml says why). Measured: behind PgBouncer (pool 5) 20 duplicates
-# of a 300 ms handler were answered after 0.62-0.70 s with 0.1 s (0.47-0.63 s
-# direct); 0.25 s took 1.1 s, and a whole budget's wait 15 s with 409s.
-WAIT_SLICE = protocol.DEFAULTS["wait_slice_ms"] / 1000.0
-ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
-             "serializable": "SERIALIZABLE"}
 
 
-# ---- results ------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Request:
-    """What the runner needs of an incoming request.
-
-    keys is every Idempotency-Key field value as received (zero, one or
-    several); principal is the authenticated actor; target is path and query."""
-    principal: str
-    method: str
-    target: str
-    keys: list = dataclasses.field(default_factory=list)
-    body: bytes = b""
-    key_required: bool = False
-
-    def __post_init__(self):
-        if isinstance(self.body, str):
-            self.body = self.body.encode("utf-8")
-        if self.body is None:
-            self.body = b""
-        if isinstance(self.keys, (str, bytes)):
-            self.keys = [self.keys]
-        self.keys = list(self.keys or [])
-
-
-class ClaimContext:
-    """What a handler knows about the claim it runs under."""
-
-    def __init__(self, generation=0, claim_id=None, cache_key=None, keeper=None):
-        self.generation = generation  # fencing number; strictly increasing per key
-        self.claim_id = claim_id      # None when the request runs unguarded
-        self.cache_key = cache_key
-        self._keeper = keeper
-
-    @property
-    def guarded(self):
-        return self.claim_id is not None
-
-    @property
-    def lost(self):
-        """True once renewal found the claim taken over (its result will not be stored)."""
-        return bool(self._keeper is not None and self._keeper.lost)
-
-
-@dataclasses.dataclass
-class RunResult:
-    """response is what to send; the rest says what happened."""
-    response: Response = None
-    outcome: str = Out.FAILED  # a protocol.ClientOutcome
-    handler_ran: bool = False
-    replayed: bool = False
-    lease_stolen: bool = False
-    outcome_unknown: bool = False
-    generation: int = 0
-    error: BaseException = None
-    # The claim's lifecycle events in this run (protocol.Event, the metrics' event label).
-    events: list = dataclasses.field(default_factory=list)
-
-
-class _Call:
-    """Per request state."""
-
-    def __init__(self, cfg, req):
-        # The namespace (a service's name) goes where protocol.toml says,
-        # as in the other clients, so replicas of one service in two
-        # languages share their keys.
-        self.ck = cache_key(req.principal, req.method, protocol.namespaced_target(cfg.namespace, req.target),
-                            req.keys[0])
-        self.rh = request_hash(req.body if cfg.fingerprint is None else cfg.fingerprint(req.body))
-        self.deadline = time.monotonic() + cfg.follower_wait_budget
-        self.iterations = 0
-        self.backoff = cfg.poll_min
-        self.discard = False  # the claim's connection goes back closed
-        self.res = RunResult()
-
-
-def _remaining(deadline):
-    return max(0.0, deadline - time.monotonic())
-
-
-def _jittered(base, jitter):
-    return max(0.001, base * random.uniform(1.0 - jitter, 1.0 + jitter))
-
-
-def _as_response(value):
-    if isinstance(value, Response):
-        return value
-    if isinstance(value, tuple):
-        return Response(*value)
-    raise TypeError("a pg_idem handler returns a pg_idem.Response, not %s" % type(value).__name__)
-
-
-def _sqlstate(e):
-    return getattr(e, "sqlstate", None)
-
-
-class Engine:
+class Engine(TransactionModes):
     """The protocol; shared (and thread safe) between the requests of one runner."""
 
     def __init__(self, cfg=None, on_error=None, metrics=None):
@@ -159,6 +61,12 @@ class Engine:
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
         self.lock_wait = False  # the server takes lock_wait (0.6.0), once checked
         self.router = False  # the server is a PL/Proxy router (no extension), once checked
+        # The claim connections this runner's requests hold, for an exhausted
+        # pool's log line: all of them, and those of waiting duplicates.
+        self._held = {"all": 0, "duplicates": 0}
+        self._held_lock = threading.Lock()
+        self._warned_principal = False
+        self.edition = None  # "c" or "sql" (idem_edition()), once checked; None for a router
 
     # ---- shared pieces ----------------------------------------------------------
 
@@ -171,8 +79,55 @@ class Engine:
         return self.finish(c, outcome)
 
     def unavailable(self, c, err):
+        if is_pool_exhausted(err):
+            return self.exhausted(c, err)
         c.res.error = c.res.error or err
         return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), Out.FAILED)
+
+    def exhausted(self, c, err):
+        """No connection of the pool came free: the protocol's pool_exhausted.
+        A duplicate waits for its next round's connection only as long as
+        its budget runs: its answer is then the budget's (the key is still in
+        progress), as it would be had it waited in the server."""
+        if c.following:
+            return self.timed_out(c)
+        c.res.error = c.res.error or err
+        c.res.events.append(protocol.POOL_EXHAUSTED_EVENT)
+        return self.answer(c, problems.by_name(protocol.POOL_EXHAUSTED, self.cfg.profile, self.cfg.retry_after),
+                           protocol.POOL_EXHAUSTED_RESULT)
+
+    def hold(self, c):
+        """The claim's connection for this round. A winner keeps it to the end
+        of its call; a duplicate hands it back between its rounds (hand_back)
+        and waits for the next one at most its remaining budget, so that
+        duplicates of a slow request cannot hold the pool's connections from
+        the requests that would run (issue 31)."""
+        if c.conn is None:
+            try:
+                c.conn = yield Acquire(timeout=_remaining(c.deadline) if c.following else None,
+                                       duplicate=c.following)
+            except psycopg.Error as e:
+                if is_pool_exhausted(e):
+                    e.held = self.held_text()
+                raise
+            c.held_as = "duplicates" if c.following else "all"
+            with self._held_lock:
+                self._held["all"] += 1
+                self._held[c.held_as] += c.held_as == "duplicates"
+        return c.conn
+
+    def hand_back(self, c):
+        if c.conn is not None:
+            conn, c.conn, discard, c.discard = c.conn, None, c.discard, False
+            with self._held_lock:
+                self._held["all"] -= 1
+                self._held[c.held_as] -= c.held_as == "duplicates"
+            yield Release(conn, discard)
+
+    def held_text(self):
+        with self._held_lock:
+            return "%d connection%s, %d of them duplicates waiting for their first request" % (
+                self._held["all"], "" if self._held["all"] == 1 else "s", self._held["duplicates"])
 
     def timed_out(self, c):
         """The answer of a follower whose wait budget ran out (the protocol's in_progress)."""
@@ -184,6 +139,11 @@ class Engine:
         call None for a request without a key that may run unguarded."""
         p = self.cfg.profile
         ks = check_key_header(req.keys)
+        if (ks is not KeyStatus.ABSENT or req.key_required) and not req.principal:
+            # protocol.toml [client.missing_principal]: refused, never keyed on
+            # "" (one caller's replay to another) nor run unguarded (twice).
+            self.warn_principal()
+            return RunResult(problems.by_name(protocol.MISSING_PRINCIPAL, p), protocol.MISSING_PRINCIPAL_RESULT), None
         if ks is KeyStatus.ABSENT and req.key_required:
             return RunResult(problems.missing_key(p), Out.REJECTED), None
         if ks not in (KeyStatus.ABSENT, KeyStatus.OK):
@@ -193,6 +153,14 @@ class Engine:
         if ks is KeyStatus.ABSENT:
             return None, None
         return None, _Call(self.cfg, req)
+
+    def warn_principal(self):
+        if not self._warned_principal:
+            self._warned_principal = True
+            log.warning("pg_idem: a request with an Idempotency-Key has no principal: it is answered 401 "
+                        "principal-missing, not run. If it was authenticated, the principal is read before the "
+                        "authentication sets it (put pg_idem's middleware after it); a route without users "
+                        "names its callers as one principal (a fixed string)")
 
     def classify(self, status):
         """The protocol's storage rule, but for the validation failures (400,
@@ -212,7 +180,14 @@ class Engine:
         runner lets followers wait in the server."""
         if self.server_wait is None or again:
             t = yield Query(conn, self.sql.preflight, None, False)
-            claim_wait, begin_wait, self.lock_wait, self.router = verify(t, self.cfg, conn.info.dbname)
+            claim_wait, begin_wait, self.lock_wait, self.router, edition_schema = verify(
+                t, self.cfg, conn.info.dbname)
+            if edition_schema is not None:
+                e = yield Query(conn, edition_sql(edition_schema), None, False)
+                self.edition = e[0]
+                log.info(describe_edition(self.edition, t[0], edition_schema))
+            else:
+                self.edition = None if self.router else "c"
             self.server_wait = (False, False) if self.cfg.server_wait is False else (claim_wait, begin_wait)
         return self.server_wait
 
@@ -221,12 +196,12 @@ class Engine:
         """The claims and the renewal in the form the server takes (after capabilities())."""
         return self.sql if self.lock_wait else self.sql.legacy
 
-    def refuse_router(self, c, conn, mode):
+    def refuse_router(self, c, mode):
         """The 503 for a mode that cannot go through a PL/Proxy router
         (_checks.router_refusal), before anything is claimed; None when the
         server is not one."""
         try:
-            yield from self.capabilities(conn)
+            yield from self.capabilities((yield from self.hold(c)))
         except psycopg.Error as e:
             return self.unavailable(c, e)
         return self.unavailable(c, router_refusal(mode)) if self.router else None
@@ -310,6 +285,7 @@ class Engine:
             return n
         if n == Action.CLAIM:
             return (True, False)
+        c.following = True
         if Event.PENDING_WAIT not in c.res.events:
             c.res.events.append(Event.PENDING_WAIT)
         if time.monotonic() >= c.deadline:
@@ -325,13 +301,14 @@ class Engine:
             yield Sleep(nap)
         return (False, False)
 
-    def loop(self, c, conn, win, claim_first=True):
+    def loop(self, c, win, claim_first=True):
         do_claim, wait = claim_first, False
         while True:
             c.iterations += 0 if wait else 1  # slices of a wait are bounded by its deadline
             if c.iterations > self.cfg.max_iterations:
                 return self.timed_out(c)
             try:
+                conn = yield from self.hold(c)
                 row = (yield from self.claim(c, conn, wait)) if do_claim else (yield from self.lookup(c, conn))
             except psycopg.errors.LockNotAvailable:
                 # The key is locked by an idem_begin transaction.
@@ -346,6 +323,7 @@ class Engine:
             if do_claim and row.won:
                 c.res.events.append(row.outcome)  # a winner's outcome is its event (protocol.toml)
                 return (yield from win(row))
+            yield from self.hand_back(c)
             caps = self.server_wait or (False, False)
             n = yield from self.follow(c, row, caps[0])
             if isinstance(n, RunResult):
@@ -416,13 +394,9 @@ class Engine:
             res.outcome = Out.UNGUARDED
             return res
         try:
-            conn = yield Acquire()
-        except psycopg.Error as e:
-            return self.unavailable(c, e)
-        try:
-            return (yield from self.loop(c, conn, lambda row: self.win_lease(c, conn, row, handler)))
+            return (yield from self.loop(c, lambda row: self.win_lease(c, c.conn, row, handler)))
         finally:
-            yield Release(conn, c.discard)
+            yield from self.hand_back(c)
 
     def win_lease(self, c, conn, row, handler):
         c.res.generation = row.generation
@@ -494,303 +468,3 @@ class Engine:
             c.res.events.append(Event.FINALIZED)
             return
         c.res.outcome_unknown, c.res.outcome = True, Out.FAILED
-
-    # ---- transactions ----------------------------------------------------------------
-
-    # Transaction control is never prepared: psycopg prepares a statement
-    # after prepare_threshold uses, and a COMMIT refused by a pooler's
-    # prepared-statement clash would take the handler's writes down.
-    def begin_query(self, conn, isolation):
-        level = ISOLATION.get(isolation)
-        return Query(conn, "BEGIN ISOLATION LEVEL " + level if level else "BEGIN", None, False)
-
-    def begin(self, conn, isolation):
-        yield self.begin_query(conn, isolation)
-
-    def rollback_quietly(self, conn, flight=False):
-        """flight: in-transaction mode's, sent as a Batch. psycopg, when it
-        sees a ROLLBACK, forgets its prepared statements and sends
-        DEALLOCATE ALL, which would take the flights' prepared claim with
-        them; prepared statements outlive a rollback, so it need not."""
-        if conn is not None and not conn.broken:
-            try:
-                rollback = Query(conn, "ROLLBACK", None, False)
-                yield Batch([rollback]) if flight else rollback
-            except psycopg.Error:
-                pass
-
-    def unguarded_tx(self, handler, isolation):
-        res = RunResult(handler_ran=True)
-        for attempt in range(1, self.cfg.transaction_attempts + 1):
-            tx = yield Acquire()
-            try:
-                yield from self.begin(tx, isolation)
-                resp = _as_response((yield CallHandler(handler, (tx, ClaimContext()))))
-                yield Query(tx, "ROLLBACK" if classify(resp.status) == FAIL else "COMMIT", None, False)
-                res.response, res.outcome = resp, Out.UNGUARDED
-                return res
-            except psycopg.Error as e:
-                yield from self.rollback_quietly(tx)
-                if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
-                    continue
-                raise
-            except Exception:
-                yield from self.rollback_quietly(tx)
-                raise
-            finally:
-                yield Release(tx)
-
-    # ---- fenced mode -------------------------------------------------------------------
-
-    def run_fenced(self, req, handler, isolation=None):
-        early, c = self.prepare(req)
-        if early is not None:
-            return early
-        if c is None:
-            return (yield from self.unguarded_tx(handler, isolation))
-        try:
-            conn = yield Acquire()
-        except psycopg.Error as e:
-            return self.unavailable(c, e)
-        try:
-            refused = yield from self.refuse_router(c, conn, "fenced")
-            if refused is not None:
-                return refused
-            return (yield from self.loop(c, conn, lambda row: self.win_fenced(c, conn, row, handler, isolation)))
-        finally:
-            yield Release(conn)
-
-    def win_fenced(self, c, conn, row, handler, isolation):
-        c.res.generation = row.generation
-        keeper = yield StartKeeper(conn, c.ck, row.claim_id)
-        ctx = ClaimContext(row.generation, row.claim_id, c.ck, keeper)
-        todo, action, result, resp, err = "give_up", FAIL, Out.FAILED, None, None
-        for attempt in range(1, self.cfg.transaction_attempts + 1):
-            try:
-                tx = yield Acquire(second=True)
-            except psycopg.Error as e:
-                err = e
-                break
-            try:
-                try:
-                    yield from self.begin(tx, isolation)
-                    c.res.handler_ran = True
-                    resp = _as_response((yield CallHandler(handler, (tx, ctx))))
-                except Exception as e:
-                    yield from self.rollback_quietly(tx)
-                    if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
-                        continue
-                    err, action = e, FAIL
-                    break
-                # The handler has returned: an error from here on is the
-                # store's, never a reason to free the key (a duplicate would
-                # run the handler again), but for the server's own "retry
-                # the transaction" (40001 / 40P01) and a lost claim (IL001).
-                committing = False
-                try:
-                    action = self.classify(resp.status)
-                    if action == FAIL:
-                        yield from self.rollback_quietly(tx)  # a failure leaves none of its writes behind
-                        break
-                    if action == RELEASE:
-                        yield Query(tx, "COMMIT", None, False)
-                        result = Out.WON_COMPLETED
-                        break
-                    # The fence: raises IL001 if the claim is no longer ours,
-                    # taking the handler's writes down with it (COMMIT, in
-                    # the same flight, is skipped). Unprepared, so that no
-                    # statement cache can abort the transaction.
-                    committing = True  # a connection lost in this flight may have committed
-                    t = (yield Batch([Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
-                                            False),
-                                      Query(tx, "COMMIT", None, False)]))[0]
-                    result = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, _text(t[1])) else Out.WON_COMPLETED
-                    c.res.events.append(Event.FINALIZED)
-                    todo = "done"
-                    break
-                except psycopg.Error as e:
-                    broken = tx.broken
-                    yield from self.rollback_quietly(tx)
-                    if _sqlstate(e) == "IL001":
-                        c.res.lease_stolen = True
-                        todo = "follow"
-                        break
-                    if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
-                        continue
-                    c.res.error, todo = e, "unsettled"
-                    c.res.events.append(Event.FINALIZE_ERROR)
-                    if committing and broken:
-                        # The COMMIT was in flight: read the key, never re-run.
-                        state, probe = yield from self.settle(c, row.claim_id, row.generation)
-                        if probe is not None:
-                            yield Release(probe)
-                        if state == "committed":
-                            result = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, None) else Out.WON_COMPLETED
-                            todo = "done"
-                        elif state == "lost":
-                            todo = "follow"
-                    break
-            finally:
-                yield Release(tx)
-        yield StopKeeper(keeper)
-        if todo == "give_up":
-            yield from self.give_up(c, conn, row.claim_id, action)
-        if err is not None:
-            self.finish(c, Out.FAILED)
-            raise err
-        if todo == "follow":
-            c.deadline = time.monotonic() + self.cfg.follower_wait_budget
-            return (yield from self.loop(c, conn, lambda r: self.win_fenced(c, conn, r, handler, isolation),
-                                         claim_first=False))
-        if todo == "unsettled":
-            # Nothing of this run is stored and the key stays ours until its
-            # lease runs out; a retry with the same key is answered from it then.
-            c.res.outcome_unknown = True
-            resp, result = problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), Out.FAILED
-        c.res.response = resp
-        return self.finish(c, result)
-
-    # ---- in-transaction mode --------------------------------------------------------
-
-    def keep_cooldown(self, c, conn, claim_id):
-        """After the handler raised or its result could not be stored: roll its
-        writes back to the savepoint and commit the claim failed, with a cooldown."""
-        try:
-            yield Batch(self.failing(conn, c, claim_id) + [Query(conn, "COMMIT", None, False)])
-        except psycopg.Error:
-            yield from self.rollback_quietly(conn, True)
-
-    def failing(self, conn, c, claim_id):
-        """The statements that drop the handler's writes and keep the claim failed, with a cooldown."""
-        return [Query(conn, "ROLLBACK TO SAVEPOINT idem_handler", None, False),
-                Query(conn, self.sql.fail, (c.ck, claim_id, _ms_text(self.cfg.failure_cooldown)), False)]
-
-    def run_in_transaction(self, req, handler, isolation=None):
-        early, c = self.prepare(req)
-        if early is not None:
-            return early
-        if c is None:
-            return (yield from self.unguarded_tx(handler, isolation))
-        try:
-            conn = yield Acquire()
-        except psycopg.Error as e:
-            return self.unavailable(c, e)
-        try:
-            refused = yield from self.refuse_router(c, conn, "in-transaction")
-            if refused is not None:
-                return refused
-            return (yield from self.in_tx_loop(c, conn, handler, isolation))
-        finally:
-            yield Release(conn)
-
-    def in_tx_loop(self, c, conn, handler, isolation):
-        do_claim, wait, attempts = True, False, 0
-        while True:
-            c.iterations += 0 if wait else 1
-            if c.iterations > self.cfg.max_iterations:
-                return self.timed_out(c)
-            in_tx = False
-            try:
-                if not do_claim:
-                    row = yield from self.lookup(c, conn)
-                else:
-                    # Asked before BEGIN: a failed catalog read must not abort the transaction.
-                    caps = yield from self.capabilities(conn)
-                    rem = _remaining(c.deadline)
-                    lease = _ms_text(self.cfg.lease)
-                    # Duplicates wait inside idem_begin for the first
-                    # transaction, bounded by the budget.
-                    if wait and caps[1]:
-                        part = min(rem, WAIT_SLICE)  # in slices, as claim()'s
-                        claim = Query(conn, self.calls.begin_wait, dict(ck=c.ck, rh=c.rh, lease=lease, wait=_ms_text(part),
-                                                                        lock=_lock_wait_text(part + 1.0)))
-                    else:
-                        claim = Query(conn, self.calls.begin, dict(ck=c.ck, rh=c.rh, lease=lease,
-                                                                   lock=_lock_wait_text(rem)))
-                    # BEGIN, the claim and the handler's savepoint in one
-                    # flight (a follower rolls the savepoint back with the rest).
-                    in_tx = True
-                    t = yield Batch([self.begin_query(conn, isolation), claim,
-                                     Query(conn, "SAVEPOINT idem_handler", None, False)])
-                    row = parse_row(t[1])
-            except psycopg.errors.LockNotAvailable:
-                yield from self.rollback_quietly(conn, True)
-                if time.monotonic() >= c.deadline:
-                    return self.timed_out(c)
-                continue
-            except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as e:
-                yield from self.rollback_quietly(conn, True)
-                attempts += 1
-                if attempts >= self.cfg.transaction_attempts:
-                    return self.unavailable(c, e)
-                continue
-            except psycopg.Error as e:
-                if in_tx:
-                    yield from self.rollback_quietly(conn, True)
-                return self.unavailable(c, e)
-
-            if do_claim and row.won:
-                c.res.events.append(row.outcome)
-                c.res.generation = row.generation
-                ctx = ClaimContext(row.generation, row.claim_id, c.ck)
-                try:
-                    c.res.handler_ran = True
-                    resp = _as_response((yield CallHandler(handler, (conn, ctx))))
-                except Exception as e:
-                    if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
-                        attempts += 1
-                        yield from self.rollback_quietly(conn, True)
-                        do_claim, wait = True, False
-                        continue  # everything rolled back, the claim too: run it again
-                    # The handler raised: keep a cooldown, drop its writes.
-                    yield from self.keep_cooldown(c, conn, row.claim_id)
-                    self.finish(c, Out.FAILED)
-                    raise
-                # The handler has returned: an error from here on is the
-                # store's. It is answered, not raised, and never runs the
-                # handler again in this call (but for the server's own "retry
-                # the transaction", 40001 / 40P01, which rolled everything back).
-                try:
-                    action = self.classify(resp.status)
-                    setting = None
-                    # Unprepared: no statement cache may abort the handler's
-                    # transaction. With COMMIT in one flight: a statement
-                    # that fails skips it, and the transaction is left
-                    # aborted, as when COMMIT was never sent.
-                    if action == FINALIZE:
-                        store = [Query(conn, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
-                                       False)]
-                    elif action == RELEASE:
-                        store = [Query(conn, self.sql.release, (c.ck, row.claim_id), False)]
-                    else:
-                        # A failure keeps none of the handler's writes but keeps the cooldown.
-                        store = self.failing(conn, c, row.claim_id)
-                    t = yield Batch(store + [Query(conn, "COMMIT", None, False)])
-                    if action == FINALIZE:
-                        setting = _text(t[0][1])
-                except psycopg.Error as e:
-                    if _sqlstate(e) in ("40001", "40P01") and attempts + 1 < self.cfg.transaction_attempts:
-                        attempts += 1
-                        yield from self.rollback_quietly(conn, True)
-                        do_claim, wait = True, False
-                        continue  # everything rolled back, the claim too
-                    # Nothing of this request is committed. Keep a cooldown
-                    # (duplicates waiting in idem_begin are not run at once)
-                    # and tell the caller that its result was not stored.
-                    c.res.error = e
-                    c.res.events.append(Event.FINALIZE_ERROR)
-                    c.res.outcome_unknown = conn.broken
-                    yield from self.keep_cooldown(c, conn, row.claim_id)
-                    return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), Out.FAILED)
-                c.res.response = resp
-                if action == FINALIZE:
-                    c.res.events.append(Event.FINALIZED)
-                    return self.finish(c, Out.COMPLETED_UNCACHEABLE if self.uncached(resp, setting) else Out.WON_COMPLETED)
-                return self.finish(c, Out.FAILED if action == FAIL else Out.WON_COMPLETED)
-
-            if in_tx:
-                yield from self.rollback_quietly(conn, True)
-            n = yield from self.follow(c, row, (self.server_wait or (False, False))[1])
-            if isinstance(n, RunResult):
-                return n
-            do_claim, wait = n

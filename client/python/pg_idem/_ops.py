@@ -58,8 +58,17 @@ class Acquire:
     second: the request already holds one (fenced mode's transaction, a
     fresh connection to store or settle a result). pg_idem's own pools
     give it at once even when max_size are out, so that requests holding
-    every connection never wait for each other's second one."""
+    every connection never wait for each other's second one.
+
+    timeout: the longest to wait for one (seconds; None: the pool's own),
+    for a pool that takes it (pg_idem's, psycopg_pool's). Running out
+    raises the pool's exhausted error (pg_idem._pool).
+
+    duplicate: for a duplicate's next round, within the duplicates' share
+    of the pool (pg_idem._pool.Slots)."""
     second: bool = False
+    timeout: float = None
+    duplicate: bool = False
 
 
 @dataclasses.dataclass

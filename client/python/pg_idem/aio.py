@@ -1,6 +1,7 @@
 """The asyncio runner: psycopg.AsyncConnection, a renewal task per winner."""
 
 import asyncio
+import collections
 import functools
 import inspect
 import time
@@ -11,22 +12,27 @@ from psycopg import pq
 
 from . import _engine as e
 from . import _flight
+from . import protocol
+from ._pool import AsyncSlots, PoolExhausted, getconn_args
 from .config import Config
-from .runner import RetryRequest, _exhausted, utf8_kwargs
+from ._checks import StartupWait
+from .runner import RetryRequest, utf8_kwargs
 
 
 class AsyncSimplePool:
     """A small bounded asyncio connection pool (psycopg_pool.AsyncConnectionPool
     works as well: the runner only awaits getconn() and putconn()); max_size,
-    timeout and client_encoding UTF8 as pg_idem.SimplePool's."""
+    timeout, waiters served in turn and client_encoding UTF8 as
+    pg_idem.SimplePool's."""
 
-    def __init__(self, conninfo="", max_size=10, timeout=5.0, max_idle=None, **kwargs):
+    def __init__(self, conninfo="", max_size=10, timeout=protocol.POOL_WAIT, max_idle=None, **kwargs):
         if not isinstance(max_size, int) or max_size < 1:
             raise ValueError("pg_idem.aio.AsyncSimplePool: max_size must be a positive integer")
         self.conninfo, self.max_size, self.timeout = conninfo, max_size, timeout
         self.max_idle = max_size if max_idle is None else max_idle
         self.kwargs = utf8_kwargs(conninfo, kwargs)
         self._idle, self._open = [], 0
+        self._queue = collections.deque()  # the waiters, first come first served
         self._cond = self._loop = None
 
     def _bind(self):
@@ -36,33 +42,43 @@ class AsyncSimplePool:
         if self._loop is not loop:
             self._cond, self._loop = asyncio.Condition(), loop
 
-    async def getconn(self, overflow=False):
+    async def getconn(self, overflow=False, timeout=None):
         """A connection; overflow: at once, even with max_size out (a
         request's second connection: the runner holds at most one per
-        request beyond the bound, so at most 2 * max_size are open)."""
+        request beyond the bound, so at most 2 * max_size are open);
+        timeout: the longest wait (seconds) if shorter than the pool's."""
         self._bind()
-        deadline = time.monotonic() + self.timeout
-        async with self._cond:
-            while True:
-                while self._idle:
-                    conn = self._idle.pop()
-                    if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                        return conn
-                    await conn.close()
-                    self._open -= 1
-                if overflow or self._open < self.max_size:
-                    self._open += 1
-                    break
-                try:
-                    await asyncio.wait_for(self._cond.wait(), max(0.0, deadline - time.monotonic()))
-                except asyncio.TimeoutError:
-                    raise _exhausted(self) from None
+        waited = self.timeout if timeout is None else min(timeout, self.timeout)
+        deadline = time.monotonic() + waited
+        stale = []  # idle connections found broken, closed outside the condition
+        try:
+            async with self._cond:
+                got = self._take(True, stale) if overflow else None
+                if got is None:
+                    me = object()
+                    self._queue.append(me)
+                    try:
+                        while got is None:
+                            got = self._take(False, stale) if self._queue[0] is me else None
+                            if got is None:
+                                try:
+                                    await asyncio.wait_for(self._cond.wait(), max(0.0, deadline - time.monotonic()))
+                                except asyncio.TimeoutError:
+                                    raise PoolExhausted(self.max_size, waited) from None
+                    finally:
+                        self._queue.remove(me)
+                        self._cond.notify_all()  # the next in turn looks again
+        finally:
+            for conn in stale:
+                await conn.close()
+        if got is not True:
+            return got
         try:
             return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, **self.kwargs)
         except BaseException:
             async with self._cond:
                 self._open -= 1
-                self._cond.notify()
+                self._cond.notify_all()
             raise
 
     async def putconn(self, conn):
@@ -71,11 +87,24 @@ class AsyncSimplePool:
         async with self._cond:
             if keep and len(self._idle) < self.max_idle:
                 self._idle.append(conn)
-                self._cond.notify()
+                self._cond.notify_all()
                 return
             self._open -= 1
-            self._cond.notify()
+            self._cond.notify_all()
         await conn.close()
+
+    def _take(self, overflow, stale):
+        """An idle connection, True when one may be opened, or None (under _cond)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                return conn
+            stale.append(conn)
+            self._open -= 1
+        if overflow or self._open < self.max_size:
+            self._open += 1
+            return True
+        return None
 
     async def close(self):
         idle, self._idle = self._idle, []
@@ -139,6 +168,7 @@ class AsyncRunner:
         metrics: a pg_idem.metrics.PrometheusMetrics (or anything with
         on_outcome(name) and on_event(name))."""
         self.pool = _pool_of(pool)
+        self.slots = AsyncSlots(self.pool)  # the waiting duplicates' share of the pool
         self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
         self._seen = weakref.WeakSet()  # connections checked for a pooler
@@ -147,13 +177,22 @@ class AsyncRunner:
     def config(self):
         return self.engine.cfg
 
-    async def check(self):
-        """The check the first request makes, now (call it at start-up):
-        the extension is installed, new enough, callable by this role and on
-        its search_path, and Config.lease is within idem.max_lease. Raises
-        pg_idem.StoreMisconfigured saying what to fix, or the connection's
-        error."""
-        return await self._drive(self.engine.check())
+    @property
+    def edition(self):
+        """Which edition answered the first-use check: "c" (the library) or
+        "sql" (the SQL edition); None before it, and through a router."""
+        return self.engine.edition
+
+    async def check(self, wait=None):
+        """As pg_idem.Runner.check: refuses to start, saying what to fix, and
+        waits up to `wait` seconds for a server that does not answer yet."""
+        waiting = StartupWait(wait, self.pool)
+        while True:
+            try:
+                return await self._drive(self.engine.check())
+            except Exception as exc:  # noqa: BLE001 -- StartupWait raises what is not a wait
+                pause = waiting.pause(exc)
+            await asyncio.sleep(pause)
 
     async def run(self, request, handler):
         return self.engine.observe(request, await self._drive(self.engine.run(request, handler)))
@@ -181,10 +220,17 @@ class AsyncRunner:
             return call
         return wrap
 
-    async def _acquire(self, second=False):
-        # A request's second connection from pg_idem's own pool does not wait for the bound.
-        conn = await (self.pool.getconn(overflow=True) if second and isinstance(self.pool, AsyncSimplePool)
-                else self.pool.getconn())
+    async def _acquire(self, second=False, timeout=None, duplicate=False):
+        slot = duplicate and await self.slots.take(timeout)
+        try:
+            # A request's second connection from pg_idem's own pool does not wait for the bound.
+            conn = await self.pool.getconn(**getconn_args(self.pool, second, timeout))
+        except BaseException:
+            if slot:
+                self.slots.give_back()
+            raise
+        if slot:
+            self.slots.bind(conn)
         try:
             if not conn.autocommit:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -200,11 +246,12 @@ class AsyncRunner:
                 if row[0] != conn.info.backend_pid:
                     conn.prepare_threshold = None
         except BaseException:
-            await self.pool.putconn(conn)
+            await self._release(conn)
             raise
         return conn
 
     async def _release(self, conn, discard=False):
+        self.slots.give_back(conn)
         if discard and not conn.closed:
             await conn.close()  # its prepared statements are not its server session's
         try:
@@ -236,7 +283,7 @@ class AsyncRunner:
         if isinstance(op, e.Batch):
             return await self._batch(op)
         if isinstance(op, e.Acquire):
-            return await self._acquire(op.second)
+            return await self._acquire(op.second, op.timeout, op.duplicate)
         if isinstance(op, e.Release):
             return await self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):

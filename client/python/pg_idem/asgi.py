@@ -5,19 +5,16 @@
 Requests with an unsafe method (POST, PATCH by default) and an
 Idempotency-Key run the app once per key; duplicates get the stored
 response with Idempotent-Replayed: true, or an RFC 9457 problem. Requests
-without a key pass through unguarded (or get 400 with key_required=True).
-The response is buffered (no streaming) so that it can be stored.
+without a key pass through unguarded (or get 400 with key_required=True);
+one with a key but no principal gets 401 principal-missing. The response
+is buffered (no streaming) so that it can be stored. At the lifespan
+start-up the runner's check refuses to start on a store it cannot use.
 """
 
-import logging
-
-from ._checks import StoreMisconfigured
 from .aio import AsyncRunner
 from .config import with_options
 from ._engine import Request
 from .http import Response
-
-log = logging.getLogger("pg_idem")
 
 CLAIM = "pg_idem.claim"   # scope key: the ClaimContext the app runs under
 CONN = "pg_idem.conn"     # scope key: the transaction's connection (fenced, in_transaction)
@@ -31,7 +28,7 @@ def header(name):
         for k, v in scope.get("headers", ()):
             if k == raw:
                 return v.decode("latin-1")
-        return None  # no principal: the request runs unguarded
+        return None  # no principal: a guarded request is refused (401 principal-missing)
     return principal
 
 
@@ -45,17 +42,22 @@ def authenticated_user(scope):
 class IdempotencyMiddleware:
     """runner: an AsyncRunner (or dsn= / pool= with config=); principal(scope) ->
     the authenticated actor (required: without it one user's key would replay
-    another's response; a request for which it gives None or "" goes to the
-    app unguarded, with one warning logged); mode "lease" (default),
+    another's response; a guarded request for which it gives None or "" is
+    answered 401 principal-missing, never run: protocol.toml
+    [client.missing_principal]; a route without users names its callers as
+    one principal, lambda scope: "webhooks"); mode "lease" (default),
     "fenced" or "in_transaction" (the app finds the transaction's
     AsyncConnection in scope["pg_idem.conn"]). namespace, fingerprint and
     client_errors set the Config's (see pg_idem.Config); on_error and
     metrics are the runner's; check_at_startup: the runner's check at the
-    ASGI lifespan start-up, which a misconfigured store fails."""
+    ASGI lifespan start-up, which a store it cannot use fails (after
+    waiting up to startup_wait seconds for a server that does not answer
+    yet: AsyncRunner.check)."""
 
     def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
                  methods=("POST", "PATCH"), mode="lease", key_required=False, on_error=None, metrics=None,
-                 check_at_startup=True, namespace=None, fingerprint=None, client_errors=None):
+                 check_at_startup=True, startup_wait=None, namespace=None, fingerprint=None,
+                 client_errors=None):
         if runner is None:
             if pool is None and dsn is None:
                 raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
@@ -64,8 +66,7 @@ class IdempotencyMiddleware:
                                  on_error=on_error, metrics=metrics)
         elif (namespace, fingerprint, client_errors) != (None, None, None):
             raise TypeError("with runner=, namespace, fingerprint and client_errors are the runner's Config")
-        self.check_at_startup = check_at_startup
-        self._warned = False
+        self.check_at_startup, self.startup_wait = check_at_startup, startup_wait
         if mode not in ("lease", "fenced", "in_transaction"):
             raise ValueError("mode must be 'lease', 'fenced' or 'in_transaction'")
         self.app, self.runner, self.mode = app, runner, mode
@@ -76,30 +77,20 @@ class IdempotencyMiddleware:
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
 
-    def _warn_unguarded(self):
-        if not self._warned:
-            self._warned = True
-            log.warning("pg_idem: a request with an Idempotency-Key has no principal (%s gave none): "
-                        "it runs unguarded; set the principal before the middleware (or use a fixed one "
-                        "for a service without users)", getattr(self.principal, "__name__", "principal"))
-
     async def _lifespan(self, scope, receive, send):
         """At the application's start-up, the runner's check: a store this
-        runner cannot use stops the start with what to fix (uvicorn exits),
-        instead of a 503 on every request. A server that cannot be reached
-        yet is logged and checked again by the first request."""
+        runner cannot use (a role, database or extension missing, a role
+        without EXECUTE, a server silent for startup_wait) stops the start
+        with what to fix (uvicorn exits), instead of a 503 on every request."""
         refused = []
 
         async def checked_receive():
             message = await receive()
             if message["type"] == "lifespan.startup" and self.check_at_startup:
                 try:
-                    await self.runner.check()
-                except StoreMisconfigured as e:
+                    await self.runner.check(self.startup_wait)
+                except Exception as e:  # noqa: BLE001 -- whatever it is, the start stops with it
                     refused.append(e)
-                except Exception as e:  # the server may come up after the app
-                    log.warning("pg_idem: the store could not be checked at start-up (%s); "
-                                "the first request checks it again", str(e).strip().splitlines()[0])
             return message
 
         async def checked_send(message):
@@ -120,13 +111,8 @@ class IdempotencyMiddleware:
         keys = [v for k, v in scope.get("headers", ()) if k.lower() == b"idempotency-key"]
         if not keys and not self.key_required:
             return await self.app(scope, receive, send)
-        principal = self.principal(scope)
-        if not principal:
-            # No authenticated actor: never the key of a shared "" actor. The
-            # request goes to the app unguarded, which answers it as it would
-            # without the middleware (its own 401, typically).
-            self._warn_unguarded()
-            return await self.app(scope, receive, send)
+        # None or "" is refused by the runner (401 principal-missing).
+        principal = self.principal(scope) or ""
 
         limit = self.runner.config.max_request_body_bytes
         chunks, size, more = [], 0, True

@@ -4,6 +4,9 @@ dashboard serves every client:
 
     idem_client_requests_total{outcome}  one per run (RunResult.outcome)
     idem_client_events_total{event}      the claim's lifecycle events
+    and the inbox consumer's and outbox relay's (names in protocol.py):
+    idem_client_inbox_messages_total{outcome}  one per delivery (InboxResult.outcome)
+    idem_client_outbox_events_total{result}    a relay's batch counts (BatchReport)
 
     from pg_idem.metrics import PrometheusMetrics
     app.add_middleware(IdempotencyMiddleware, dsn=..., principal=..., metrics=PrometheusMetrics())
@@ -37,8 +40,21 @@ def _counters(registry):
             requests.labels(name)
         for name in EVENTS:
             events.labels(name)
-        _REGISTERED[id(registry)] = (registry, requests, events)
+        inbox = _labelled(prometheus_client, registry, protocol.INBOX_METRIC, protocol.INBOX_METRIC_HELP,
+                          protocol.INBOX_METRIC_LABEL, [o.value for o in protocol.InboxOutcome])
+        relay = _labelled(prometheus_client, registry, protocol.RELAY_METRIC, protocol.RELAY_METRIC_HELP,
+                          protocol.RELAY_METRIC_LABEL, protocol.RELAY_COUNTS)
+        _REGISTERED[id(registry)] = (registry, requests, events, inbox, relay)
     return _REGISTERED[id(registry)][1:]
+
+
+def _labelled(prometheus_client, registry, name, help_text, label, values):
+    """A counter with one series per value, each at zero."""
+    counter = prometheus_client.Counter(name[:-len("_total")] if name.endswith("_total") else name, help_text,
+                                        [label], registry=registry)
+    for value in values:
+        counter.labels(value)
+    return counter
 
 
 class PrometheusMetrics:
@@ -47,10 +63,20 @@ class PrometheusMetrics:
     unless given)."""
 
     def __init__(self, registry=None):
-        self.requests, self.events = _counters(registry)
+        self.requests, self.events, self.inbox, self.relay = _counters(registry)
 
     def on_outcome(self, outcome):
         self.requests.labels(outcome).inc()
 
     def on_event(self, event):
         self.events.labels(event).inc()
+
+    def on_inbox(self, outcome):
+        """pg_idem.inbox: one delivery's outcome."""
+        self.inbox.labels(outcome).inc()
+
+    def on_relay(self, report):
+        """pg_idem.outbox: one batch's counts (a BatchReport)."""
+        for name, n in report.as_dict().items():
+            if n:
+                self.relay.labels(name).inc(n)

@@ -18,6 +18,31 @@ OLDEST_EXTENSION = "0.3.0"
 # A handler's validation failures: released, not stored, unless Config.client_errors = "store".
 VALIDATION_STATUSES = (400, 422)
 
+# A guarded request without a principal: refused ([client.missing_principal]).
+MISSING_PRINCIPAL = "principal_missing"
+MISSING_PRINCIPAL_RESULT = "rejected"
+# An exhausted connection pool ([client.pool]): the answer's problem, its
+# run result and metrics event, the wait of a pool the client bounds
+# (seconds), the waiting duplicates' share of a pool, the fix every log line names.
+POOL_EXHAUSTED = "pool_exhausted"
+POOL_EXHAUSTED_RESULT = "failed"
+POOL_EXHAUSTED_EVENT = "pool_exhausted"
+POOL_WAIT = 5.0
+POOL_DUPLICATES_SHARE = 0.5
+POOL_EXHAUSTED_FIX = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner"
+# How long Runner.check() waits for a server that does not answer yet
+# (seconds), and the SQLSTATEs it waits through ([client.startup]).
+STARTUP_WAIT = 10.0
+STARTUP_RETRY_SQLSTATES = ('57P03', '53300')
+# (SQLSTATE, the server's words) of a refused connection, which libpq gives without its code.
+CONNECT_MESSAGES = (
+    ("28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"),
+    ("28P01", "password authentication failed|no password supplied"),
+    ("3D000", "database \".*\" does not exist"),
+    ("57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"),
+    ("53300", "too many clients already|remaining connection slots are reserved"),
+)
+
 FINALIZE = "finalize"
 RELEASE = "release"
 FAIL = "fail"
@@ -70,6 +95,10 @@ PROBLEMS = {
                    {"ietf": 413, "conflict409": 413}, False),
     "store_unavailable": Problem("store_unavailable", "idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.",
                    {"ietf": 503, "conflict409": 503}, True),
+    "pool_exhausted": Problem("pool_exhausted", "connection-pool-exhausted", "The service's connection pool is exhausted", "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.",
+                   {"ietf": 503, "conflict409": 503}, True),
+    "principal_missing": Problem("principal_missing", "principal-missing", "The request has no authenticated principal", "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.",
+                   {"ietf": 401, "conflict409": 401}, False),
     "outcome_unknown": Problem("outcome_unknown", "outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.",
                    {"ietf": 503, "conflict409": 503}, True),
 }
@@ -177,6 +206,8 @@ class ProblemName:
     EXPIRED = "expired"
     REQUEST_TOO_LARGE = "request_too_large"
     STORE_UNAVAILABLE = "store_unavailable"
+    POOL_EXHAUSTED = "pool_exhausted"
+    PRINCIPAL_MISSING = "principal_missing"
     OUTCOME_UNKNOWN = "outcome_unknown"
 
 
@@ -193,6 +224,7 @@ class Event:
     RELEASE_ERROR = "release_error"
     UNKNOWN_OUTCOME = "unknown_outcome"
     FINALIZED = "finalized"
+    POOL_EXHAUSTED = "pool_exhausted"
 
 
 class Profile:
@@ -220,6 +252,7 @@ EVENTS = (
     "release_error",
     "unknown_outcome",
     "finalized",
+    "pool_exhausted",
 )
 
 # What a Config is when it is told nothing (durations in milliseconds).
@@ -271,3 +304,78 @@ METRICS = {
 def namespaced_target(namespace, target):
     """The target a namespace makes: the namespace, " ", the target (None: no namespace)."""
     return target if namespace is None else namespace + " " + target
+
+
+# ---- messaging: the inbox's answers, a consumer's results, the relay ----
+
+class InboxAnswer(str, enum.Enum):
+    """What idem_inbox_begin and idem_inbox_fail answer."""
+
+    PROCESS = "process"  # from begin
+    DUPLICATE = "duplicate"  # from begin, fail
+    DEAD = "dead"  # from begin, fail
+    MISMATCH = "mismatch"  # from begin
+    RETRY = "retry"  # from fail
+
+
+class InboxOutcome(str, enum.Enum):
+    """What a consumer reports for a delivery (InboxResult.outcome), also its metrics label."""
+
+    PROCESSED = "processed"
+    DUPLICATE = "duplicate"
+    DEAD = "dead"
+    MISMATCH = "mismatch"
+    RETRY = "retry"
+    UNKNOWN = "unknown"
+
+
+class BrokerAction(str, enum.Enum):
+    """What a consumer does with a delivery at its broker."""
+
+    ACK = "ack"
+    REQUEUE = "requeue"
+    REQUEUE_AFTER = "requeue_after"
+
+
+# The consumer's result for each server answer (process: once done commits).
+INBOX_RESULT_OF = {
+    InboxAnswer.PROCESS: InboxOutcome.PROCESSED,
+    InboxAnswer.DUPLICATE: InboxOutcome.DUPLICATE,
+    InboxAnswer.DEAD: InboxOutcome.DEAD,
+    InboxAnswer.MISMATCH: InboxOutcome.MISMATCH,
+    InboxAnswer.RETRY: InboxOutcome.RETRY,
+}
+BROKER_ACTION_OF = {
+    InboxOutcome.PROCESSED: BrokerAction.ACK,
+    InboxOutcome.DUPLICATE: BrokerAction.ACK,
+    InboxOutcome.DEAD: BrokerAction.ACK,
+    InboxOutcome.MISMATCH: BrokerAction.ACK,
+    InboxOutcome.RETRY: BrokerAction.REQUEUE_AFTER,
+    InboxOutcome.UNKNOWN: BrokerAction.REQUEUE,
+}
+INBOX_DEFAULT_MAX_ATTEMPTS = 5
+INBOX_MAX_ATTEMPTS = 1000
+
+
+class NackOutcome(str, enum.Enum):
+    """What idem_outbox_nack answers."""
+
+    RETRY = "retry"
+    DEAD = "dead"
+    STALE = "stale"
+
+
+# The count of a relay's batch report that each nack outcome adds to.
+NACK_COUNT = {
+    NackOutcome.RETRY: "retried",
+    NackOutcome.DEAD: "dead",
+    NackOutcome.STALE: "stale",
+}
+# What a relay's batch report counts (BatchReport's fields), also its metrics label.
+RELAY_COUNTS = ('claimed', 'published', 'acked', 'lease_lost', 'retried', 'dead', 'stale', 'held_back', 'expired', 'abandoned')
+INBOX_METRIC = "idem_client_inbox_messages_total"
+INBOX_METRIC_LABEL = "outcome"
+INBOX_METRIC_HELP = "Deliveries handled by the pg_idem inbox consumer, by outcome."
+RELAY_METRIC = "idem_client_outbox_events_total"
+RELAY_METRIC_LABEL = "result"
+RELAY_METRIC_HELP = "Outbox events seen by the pg_idem relay, by what became of them."

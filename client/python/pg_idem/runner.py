@@ -1,5 +1,6 @@
 """The blocking runner: psycopg.Connection, a renewal thread per winner."""
 
+import collections
 import functools
 import inspect
 import threading
@@ -12,6 +13,9 @@ from psycopg import pq
 
 from . import _engine as e
 from . import _flight
+from . import protocol
+from ._checks import StartupWait
+from ._pool import PoolExhausted, Slots, getconn_args
 from .config import Config
 
 
@@ -34,46 +38,68 @@ class SimplePool:
 
     At most max_size connections are open (10: 150 duplicates at once used
     to open 97 and met "remaining connection slots are reserved"); getconn
-    waits up to timeout seconds for one to come back, then raises
-    psycopg.OperationalError (the request is answered 503). Connections are
-    opened on demand in autocommit, with client_encoding UTF8 unless
-    conninfo or kwargs set one."""
+    waits up to timeout seconds for one to come back (the protocol's pool
+    wait, 5 s), then raises pg_idem.PoolExhausted (the request is answered
+    503 connection-pool-exhausted). Waiters are served in turn: a request
+    that hands a connection back and asks again at once (a duplicate
+    between its wait slices) queues behind those already waiting instead of
+    taking it from them. Connections are opened on demand in autocommit,
+    with client_encoding UTF8 unless conninfo or kwargs set one."""
 
-    def __init__(self, conninfo="", max_size=10, timeout=5.0, max_idle=None, **kwargs):
+    def __init__(self, conninfo="", max_size=10, timeout=protocol.POOL_WAIT, max_idle=None, **kwargs):
         if not isinstance(max_size, int) or max_size < 1:
             raise ValueError("pg_idem.SimplePool: max_size must be a positive integer")
         self.conninfo, self.max_size, self.timeout = conninfo, max_size, timeout
         self.max_idle = max_size if max_idle is None else max_idle
         self.kwargs = utf8_kwargs(conninfo, kwargs)
         self._idle, self._open = [], 0
+        self._queue = collections.deque()  # the waiters, first come first served
         self._cond = threading.Condition()
 
-    def getconn(self, overflow=False):
+    def _take(self, overflow):
+        """An idle connection, True when one may be opened, or None (under _cond)."""
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
+                return conn
+            conn.close()
+            self._open -= 1
+        if overflow or self._open < self.max_size:
+            self._open += 1
+            return True
+        return None
+
+    def getconn(self, overflow=False, timeout=None):
         """A connection; overflow: at once, even with max_size out (a
         request's second connection: the runner holds at most one per
-        request beyond the bound, so at most 2 * max_size are open)."""
-        deadline = time.monotonic() + self.timeout
+        request beyond the bound, so at most 2 * max_size are open);
+        timeout: the longest wait (seconds) if shorter than the pool's."""
+        waited = self.timeout if timeout is None else min(timeout, self.timeout)
+        deadline = time.monotonic() + waited
         with self._cond:
-            while True:
-                while self._idle:
-                    conn = self._idle.pop()
-                    if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                        return conn
-                    conn.close()
-                    self._open -= 1
-                if overflow or self._open < self.max_size:
-                    self._open += 1
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _exhausted(self)
-                self._cond.wait(left)
+            got = self._take(True) if overflow else None
+            if got is None:
+                me = object()
+                self._queue.append(me)
+                try:
+                    while got is None:
+                        got = self._take(False) if self._queue[0] is me else None
+                        left = deadline - time.monotonic()
+                        if got is None and left <= 0:
+                            raise PoolExhausted(self.max_size, waited)
+                        if got is None:
+                            self._cond.wait(left)
+                finally:
+                    self._queue.remove(me)
+                    self._cond.notify_all()  # the next in turn looks again
+            if got is not True:
+                return got
         try:
             return psycopg.connect(self.conninfo, autocommit=True, **self.kwargs)
         except BaseException:
             with self._cond:
                 self._open -= 1
-                self._cond.notify()
+                self._cond.notify_all()
             raise
 
     def putconn(self, conn):
@@ -81,10 +107,10 @@ class SimplePool:
         with self._cond:
             if keep and len(self._idle) < self.max_idle:
                 self._idle.append(conn)
-                self._cond.notify()
+                self._cond.notify_all()
                 return
             self._open -= 1
-            self._cond.notify()
+            self._cond.notify_all()
         conn.close()
 
     def connection(self):
@@ -107,11 +133,6 @@ class SimplePool:
             self._open -= len(idle)
         for conn in idle:
             conn.close()
-
-
-def _exhausted(pool):
-    return psycopg.OperationalError(
-        "pg_idem: no connection of the pool (max_size %d) came free within %g s" % (pool.max_size, pool.timeout))
 
 
 def _pool_of(source):
@@ -169,6 +190,7 @@ class Runner:
         metrics: a pg_idem.metrics.PrometheusMetrics (or anything with
         on_outcome(name) and on_event(name))."""
         self.pool = _pool_of(pool)
+        self.slots = Slots(self.pool)  # the waiting duplicates' share of the pool
         self.engine = e.Engine(config or Config(), on_error, metrics)
         self._autocommit = {}
         self._seen = weakref.WeakSet()  # connections checked for a pooler
@@ -177,13 +199,27 @@ class Runner:
     def config(self):
         return self.engine.cfg
 
-    def check(self):
-        """The check the first request makes, now (call it at start-up):
-        the extension is installed, new enough, callable by this role and on
-        its search_path, and Config.lease is within idem.max_lease. Raises
-        pg_idem.StoreMisconfigured saying what to fix, or the connection's
-        error."""
-        return self._drive(self.engine.check())
+    @property
+    def edition(self):
+        """Which edition answered the first-use check: "c" (the library) or
+        "sql" (the SQL edition); None before it, and through a router."""
+        return self.engine.edition
+
+    def check(self, wait=None):
+        """The check the first request makes, now: call it at start-up, to
+        refuse to start. The extension is installed, new enough, callable by
+        this role and on its search_path, and Config.lease is within
+        idem.max_lease; the role and the database exist. A server that does
+        not answer yet (nothing listens, or it is starting up) is tried again
+        for up to `wait` seconds (protocol.STARTUP_WAIT, 10). Raises
+        pg_idem.StoreMisconfigured saying what to fix."""
+        waiting = StartupWait(wait, self.pool)
+        while True:
+            try:
+                return self._drive(self.engine.check())
+            except Exception as exc:  # noqa: BLE001 -- StartupWait raises what is not a wait
+                pause = waiting.pause(exc)
+            time.sleep(pause)
 
     def run(self, request, handler):
         """Lease mode: handler(claim) -> Response, with no transaction open."""
@@ -219,10 +255,17 @@ class Runner:
 
     # ---- the driver ------------------------------------------------------------------
 
-    def _acquire(self, second=False):
-        # A request's second connection from pg_idem's own pool does not wait for the bound.
-        conn = (self.pool.getconn(overflow=True) if second and isinstance(self.pool, SimplePool)
-                else self.pool.getconn())
+    def _acquire(self, second=False, timeout=None, duplicate=False):
+        slot = duplicate and self.slots.take(timeout)
+        try:
+            # A request's second connection from pg_idem's own pool does not wait for the bound.
+            conn = self.pool.getconn(**getconn_args(self.pool, second, timeout))
+        except BaseException:
+            if slot:
+                self.slots.give_back()
+            raise
+        if slot:
+            self.slots.bind(conn)
         try:
             if not conn.autocommit:
                 if conn.info.transaction_status != pq.TransactionStatus.IDLE:
@@ -237,11 +280,12 @@ class Runner:
                 if conn.execute(e.BACKEND_PID, prepare=False).fetchone()[0] != conn.info.backend_pid:
                     conn.prepare_threshold = None
         except BaseException:
-            self.pool.putconn(conn)
+            self._release(conn)
             raise
         return conn
 
     def _release(self, conn, discard=False):
+        self.slots.give_back(conn)
         if discard and not conn.closed:
             conn.close()  # its prepared statements are not its server session's
         try:
@@ -273,7 +317,7 @@ class Runner:
         if isinstance(op, e.Batch):
             return self._batch(op)
         if isinstance(op, e.Acquire):
-            return self._acquire(op.second)
+            return self._acquire(op.second, op.timeout, op.duplicate)
         if isinstance(op, e.Release):
             return self._release(op.conn, op.discard)
         if isinstance(op, e.Sleep):

@@ -5,18 +5,18 @@
 WSGI servers join repeated header fields into one value (PEP 3333), so a
 repeated Idempotency-Key arrives as one key "a, b" here and is used as it
 is; the ASGI middleware and the other clients refuse it with 400.
+
+WSGI has no start-up event: the middleware's construction is the start-up,
+and it runs the runner's check (check_at_startup=False skips it).
 """
 
 import http
 import io
-import logging
 
 from .config import with_options
 from ._engine import Request
 from .http import Response
-from .runner import Runner
-
-log = logging.getLogger("pg_idem")
+from .runner import Runner, SimplePool
 
 CLAIM = "pg_idem.claim"
 CONN = "pg_idem.conn"
@@ -36,11 +36,14 @@ def remote_user(environ):
 class IdempotencyMiddleware:
     """As pg_idem.asgi.IdempotencyMiddleware, with a blocking Runner; the
     claim is environ["pg_idem.claim"], the transaction's connection (fenced,
-    in_transaction) environ["pg_idem.conn"]."""
+    in_transaction) environ["pg_idem.conn"]. check_at_startup: the runner's
+    check, here, in the constructor: a store it cannot use raises
+    pg_idem.StoreMisconfigured, which stops the application's start."""
 
     def __init__(self, app, runner=None, *, dsn=None, pool=None, config=None, principal=None,
                  methods=("POST", "PATCH"), mode="lease", key_required=False, on_error=None, metrics=None,
-                 namespace=None, fingerprint=None, client_errors=None):
+                 check_at_startup=True, startup_wait=None, namespace=None, fingerprint=None,
+                 client_errors=None):
         if runner is None:
             if pool is None and dsn is None:
                 raise TypeError("IdempotencyMiddleware needs runner=, pool= or dsn=")
@@ -58,7 +61,12 @@ class IdempotencyMiddleware:
         self.principal = principal
         self.methods = frozenset(m.upper() for m in methods)
         self.key_required = key_required
-        self._warned = False
+        if check_at_startup:
+            runner.check(startup_wait)
+            if isinstance(runner.pool, SimplePool):
+                # Nothing open is inherited by the workers a preforking server
+                # (gunicorn --preload) forks after the import.
+                runner.pool.close()
 
     def __call__(self, environ, start_response):
         method = environ.get("REQUEST_METHOD", "GET").upper()
@@ -67,12 +75,7 @@ class IdempotencyMiddleware:
         raw_key = environ.get("HTTP_IDEMPOTENCY_KEY")
         if raw_key is None and not self.key_required:
             return self.app(environ, start_response)
-        principal = self.principal(environ)
-        if not principal:  # as the ASGI middleware: unguarded, never the shared actor ""
-            if not self._warned:
-                self._warned = True
-                log.warning("pg_idem: a request with an Idempotency-Key has no principal: it runs unguarded")
-            return self.app(environ, start_response)
+        principal = self.principal(environ) or ""  # refused by the runner: 401 principal-missing
         keys = [] if raw_key is None else [raw_key.encode("latin-1")]  # PEP 3333: bytes as latin-1
         limit = self.runner.config.max_request_body_bytes
         try:

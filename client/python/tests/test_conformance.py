@@ -192,3 +192,20 @@ def test_metrics_series_and_events():
         assert family.documentation == series["help"]
         samples = {s.labels[series["label"]] for s in family.samples if s.name == series["name"] + "_total"}
         assert samples == set(values), kind
+
+
+def test_inbox_answers_results_and_broker_actions():
+    from pg_idem.inbox import Inbox, InboxResult, _answer
+    from pg_idem.outbox import BatchReport
+    m = SPEC["messaging"]
+    for a in m["inbox_answers"]:
+        assert protocol.INBOX_RESULT_OF[_answer(a["name"])] == a["result"]
+    with pytest.raises(RuntimeError):
+        _answer("no such answer")
+    assert [(r["name"], r["broker"]) for r in m["inbox_results"]] == [
+        (o.value, InboxResult(outcome=o).broker_action.value) for o in protocol.InboxOutcome]
+    assert Inbox("dbname=unused").settings.max_attempts == m["inbox"]["default_max_attempts"]
+    assert protocol.INBOX_MAX_ATTEMPTS == m["inbox"]["max_attempts"]
+    assert [n["name"] for n in m["nack_outcomes"]] == [o.value for o in protocol.NackOutcome]
+    assert list(BatchReport().as_dict()) == m["relay_counts"]
+    assert {n["name"]: n["count"] for n in m["nack_outcomes"]} == {k.value: v for k, v in protocol.NACK_COUNT.items()}

@@ -1,7 +1,8 @@
 """Framework fidelity and key hygiene (issue 22): a malformed body gets what
 the framework answers without the middleware, and the corrected retry with
 the same key runs (validation failures are not stored by default, as
-Stripe); a missing principal never becomes a shared actor ""; a namespace
+Stripe); a missing principal never becomes a shared actor "" (nor runs
+unguarded: issue 31); a namespace
 keeps two services on one role and route apart; a fingerprint hook makes
 {"amount": 5} and {"amount":5} one request."""
 
@@ -73,6 +74,8 @@ def test_client_errors_store_keeps_the_protocols_table(dsn):
 
 
 def test_a_missing_principal_is_never_the_shared_actor(dsn, caplog):
+    """Nor run unguarded (issue 31: the duplicate charged twice): 401
+    principal-missing, the app not run, one warning saying why."""
     from starlette.testclient import TestClient
 
     caplog.set_level(logging.WARNING, logger="pg_idem")
@@ -81,9 +84,10 @@ def test_a_missing_principal_is_never_the_shared_actor(dsn, caplog):
     with TestClient(fastapi_app(dsn, runs)) as client:
         a = client.post("/payments", json={"amount": 1}, headers={"Idempotency-Key": k})
         b = client.post("/payments", json={"amount": 1}, headers={"Idempotency-Key": k})
-    # Both ran, unguarded: neither was replayed the other's response as user "".
-    assert a.status_code == b.status_code == 201 and runs == [1, 1]
-    assert "idempotent-replayed" not in b.headers
+        no_key = client.post("/payments", json={"amount": 2})
+    assert a.status_code == b.status_code == 401 and runs == [2], (a.text, runs)
+    assert a.json()["type"] == "urn:pg-idem:problem:principal-missing"
+    assert "idempotent-replayed" not in b.headers and no_key.status_code == 201
     warnings = [r for r in caplog.records if r.name == "pg_idem" and "no principal" in r.getMessage()]
     assert len(warnings) == 1
 

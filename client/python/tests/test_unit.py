@@ -169,3 +169,32 @@ def test_early_answers_need_no_database():
 def test_response_coerces():
     r = Response(201, {"A": "b"}, "é")
     assert r.headers == [("A", "b")] and r.body == "é".encode()
+
+
+def _check_row(version="0.6.0", has_edition=True, lock_wait=True):
+    """A first-use check's row (_checks.preflight_sql's columns)."""
+    return (version, "idem", True, True, None, True, True, lock_wait, 86400.0, "app", has_edition)
+
+
+def test_first_use_check_names_the_edition_schema():
+    from pg_idem._checks import edition_sql, verify
+    cfg = Config()
+    # the C edition or pg_tle's SQL edition (an extension row), 0.6.0
+    assert verify(_check_row(), cfg, "db") == (True, True, True, False, "idem")
+    # the SQL edition's plain script: no extension version, yet no router
+    assert verify(_check_row(version=None), cfg, "db") == (True, True, True, False, "idem")
+    # a PL/Proxy router: no version, no idem_edition
+    assert verify(_check_row(version=None, has_edition=False, lock_wait=False), cfg, "db") == (
+        True, True, False, True, None)
+    # before 0.6.0 there is no idem_edition to ask, nor lock_wait
+    assert verify(_check_row(version="0.5.0", has_edition=False, lock_wait=False), cfg, "db")[2:] == (
+        False, False, None)
+    assert edition_sql('my"schema') == 'SELECT "my""schema".idem_edition()'
+
+
+def test_first_use_check_says_which_edition():
+    from pg_idem._checks import describe_edition
+    assert describe_edition("c", "0.6.0", "idem") == "pg_idem: the C edition 0.6.0 in schema idem"
+    assert describe_edition("sql", "0.6.0", "idem") == "pg_idem: the SQL edition 0.6.0 in schema idem"
+    assert describe_edition("sql", None, "public") == "pg_idem: the SQL edition (plain script) in schema public"
+    assert describe_edition("x", "0.9.0", "idem") == "pg_idem: pg_idem (edition x) 0.9.0 in schema idem"

@@ -262,6 +262,8 @@ public:
     {
     }
 
+    void check() const { run_.check(); }
+
     // POST /payments: validate, then run the insert once per key.
     idem::response create_payment(const httplib::Request &req)
     {
@@ -424,9 +426,21 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     idem::simple_pool pool(opt.dsn, 16);
+    service svc(pool, opt);
+    try
+    {
+        // The start-up check: waits for a server that is still coming up,
+        // refuses to start on one this runner cannot use (a role, database
+        // or extension missing, no EXECUTE), saying what to fix.
+        svc.check();
+    }
+    catch (const idem::setup_error &e)
+    {
+        std::fprintf(stderr, "idem-demo-server: %s\n", e.what());
+        return 1;
+    }
     if (!prepare_database(pool))
         return 1;
-    service svc(pool, opt);
 
     httplib::Server http;
     const int threads = opt.threads;

@@ -38,6 +38,17 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// No connection of the application's pool came free in time: what a
+// bounded connection_provider throws (idem::simple_pool with a max_size).
+// Not a database error: the server was never asked. The runner answers
+// 503 connection-pool-exhausted (protocol.toml [client.pool]) and logs the
+// fix, never "the server cannot be reached".
+class pool_exhausted : public std::runtime_error
+{
+public:
+    using std::runtime_error::runtime_error;
+};
+
 namespace pg {
 
 // Base of every error raised while talking to PostgreSQL.

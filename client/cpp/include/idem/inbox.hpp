@@ -51,6 +51,7 @@
 
 #include <idem/error.hpp>
 #include <idem/pg.hpp>
+#include <idem/protocol.hpp>
 #include <idem/provider.hpp>
 
 #include <chrono>
@@ -61,16 +62,9 @@
 
 namespace idem {
 
-enum class inbox_outcome
-{
-    processed,  // the handler ran and its effects committed with the record
-    duplicate,  // processed before (or by a concurrent delivery): ack
-    dead,       // attempts used up: ack; a dead letter is in the outbox
-    mismatch,   // this message id was seen with another payload: nothing written
-    retry,      // the handler failed; recorded: requeue after retry_after
-    unknown     // the connection was lost: requeue; the redelivery tells
-};
-
+// idem::inbox_outcome (processed, duplicate, dead, mismatch, retry, unknown)
+// and what to do with each at the broker, protocol::broker_action_of, are
+// generated into <idem/protocol.hpp>.
 const char *to_string(inbox_outcome o) noexcept;
 
 // One delivery: the broker's message id and the payload as received (its
@@ -98,8 +92,8 @@ struct inbox_result
 struct inbox_settings
 {
     // idem_inbox_begin's cap: the attempt that reaches it makes the message
-    // dead (1 .. 1000).
-    int max_attempts = 5;
+    // dead (1 .. protocol::inbox_max_attempts).
+    int max_attempts = protocol::inbox_default_max_attempts;
     // Runs of the handler per delivery on 40001/40P01 under READ COMMITTED
     // (1 = never rerun; at most 100); also the tries of idem_inbox_begin
     // itself when it gives up with 40001.

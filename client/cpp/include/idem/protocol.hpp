@@ -17,10 +17,10 @@ enum class outcome
     replay,  // a stored response was replayed
     conflict,  // the key was used with another request, or its response is not replayable
     timeout,  // still in progress when the wait budget ran out
-    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, or an outcome that could not be settled
+    failed,  // 5xx/408/429 (cooldown), a cooldown hit, a store error, an exhausted connection pool, or an outcome that could not be settled
     completed_uncacheable,  // ran; the response was over the cap and stored as not replayable
     unguarded,  // no key: ran without idempotency
-    rejected,  // an invalid or missing key, or a request over the cap
+    rejected,  // an invalid or missing key, a guarded request without a principal, or a request over the cap
     expired,  // the key finished longer ago than idem.ttl and is not run again
 };
 
@@ -45,6 +45,7 @@ enum class event
     release_error,  // releasing or failing the claim failed
     unknown_outcome,  // the connection was lost while a commit was in flight
     finalized,  // the winner's result is committed (for wake-up latency)
+    pool_exhausted,  // no connection of the application's pool came free in time ([client.pool])
 };
 
 // What is wrong with a request's Idempotency-Key, if anything.
@@ -65,6 +66,25 @@ enum class storage_action
     finalize,
     release,
     fail,
+};
+
+// What idem::inbox::handle reports for a delivery, also its metrics label.
+enum class inbox_outcome
+{
+    processed,  // the handler ran and its effects committed with the record that the message is processed
+    duplicate,  // processed before, or by a concurrent delivery: the handler did not run
+    dead,  // attempts used up: its dead letter (topic idem.inbox.dead) is in the outbox; idem_inbox_retry revives it
+    mismatch,  // the message id was seen with another payload: nothing was written
+    retry,  // the handler or its transaction failed and the failure is recorded
+    unknown,  // the connection was lost (also during COMMIT): whether it committed is not known
+};
+
+// What a consumer does with a delivery at its broker (protocol::broker_action_of).
+enum class broker_action
+{
+    ack,            // acknowledge it: nothing is left to do with it
+    requeue,        // hand it back now: the redelivery settles it
+    requeue_after,  // deliver it again after inbox_result::retry_after
 };
 
 namespace protocol {
@@ -100,6 +120,8 @@ enum class problem
     expired,
     request_too_large,
     store_unavailable,
+    pool_exhausted,
+    principal_missing,
     outcome_unknown,
 };
 
@@ -112,7 +134,7 @@ struct problem_info
     bool retry_after;
 };
 
-inline constexpr std::array<problem_info, 10> problems = {{
+inline constexpr std::array<problem_info, 12> problems = {{
     {"idempotency-key-missing", "Idempotency-Key header is missing", "{key_status}", {400, 400}, false},
     {"idempotency-key-invalid", "Idempotency-Key header is invalid", "{key_status}", {400, 400}, false},
     {"idempotency-key-reused", "Idempotency-Key is already used for a different request", "This key was used with another request body. Use a new key for a new request.", {422, 409}, false},
@@ -122,6 +144,8 @@ inline constexpr std::array<problem_info, 10> problems = {{
     {"idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", {410, 409}, false},
     {"request-too-large", "Request body too large", "The request body is over {limit} bytes.", {413, 413}, false},
     {"idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"connection-pool-exhausted", "The service's connection pool is exhausted", "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", {503, 503}, true},
+    {"principal-missing", "The request has no authenticated principal", "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", {401, 401}, false},
     {"outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", {503, 503}, true},
 }};
 
@@ -183,6 +207,39 @@ inline constexpr std::array<outcome_info, 11> outcomes = {{
     {"expired", action::answer, problem::expired, true, outcome::expired},
     {"absent", action::claim, problem::missing_key, false, outcome::failed},
     {"claimable", action::claim, problem::missing_key, false, outcome::failed},
+}};
+
+// A guarded request without a principal: refused with this problem, counted
+// as this result (protocol.toml [client.missing_principal]).
+inline constexpr problem missing_principal = problem::principal_missing;
+inline constexpr outcome missing_principal_result = outcome::rejected;
+// An exhausted connection pool (protocol.toml [client.pool]): the answer,
+// its result and metrics event (an [[event]]), the wait of a bounded
+// simple_pool, the fix every log line names, the share of a bounded pool
+// waiting duplicates may hold at once.
+inline constexpr problem pool_exhausted_answer = problem::pool_exhausted;
+inline constexpr outcome pool_exhausted_result = outcome::failed;
+inline constexpr event pool_exhausted_event = event::pool_exhausted;
+inline constexpr std::chrono::milliseconds pool_wait{5000};
+inline constexpr std::string_view pool_exhausted_fix = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner";
+inline constexpr double pool_duplicates_share = 0.5;
+// How long runner::check() waits for a server that does not answer
+// yet, and the SQLSTATEs it waits through (protocol.toml [client.startup]).
+inline constexpr std::chrono::milliseconds startup_wait{10000};
+inline constexpr std::array<std::string_view, 2> startup_retry_sqlstates = {{"57P03", "53300"}};
+// {SQLSTATE, the server's words (an ECMAScript regex)} of a refused
+// connection, which libpq gives without its code.
+struct connect_message
+{
+    std::string_view sqlstate;
+    std::string_view pattern;
+};
+inline constexpr std::array<connect_message, 5> connect_messages = {{
+    {"28000", "role \".*\" does not exist|no pg_hba\\.conf entry|is not permitted to log in"},
+    {"28P01", "password authentication failed|no password supplied"},
+    {"3D000", "database \".*\" does not exist"},
+    {"57P03", "the database system is (starting up|shutting down|in recovery mode|not yet accepting connections|not accepting connections)"},
+    {"53300", "too many clients already|remaining connection slots are reserved"},
 }};
 
 inline server_outcome parse_server_outcome(std::string_view name) noexcept
@@ -269,7 +326,7 @@ inline constexpr storage_action classify(int http_status) noexcept
     return storage_action::fail;
 }
 
-inline constexpr std::size_t event_count = 10;
+inline constexpr std::size_t event_count = 11;
 
 inline constexpr std::string_view name(event e) noexcept
 {
@@ -295,6 +352,8 @@ inline constexpr std::string_view name(event e) noexcept
         return "unknown_outcome";
     case event::finalized:
         return "finalized";
+    case event::pool_exhausted:
+        return "pool_exhausted";
     }
     return "unknown";
 }
@@ -368,6 +427,117 @@ inline constexpr std::string_view reaped_no_blob = "reaped_no_blob";
 inline constexpr std::string_view digest_mismatch = "digest_mismatch";
 inline constexpr std::string_view target_gone = "target_gone";
 }  // namespace attempt
+
+// The answers of idem_inbox_begin and idem_inbox_fail.
+enum class inbox_answer
+{
+    process,  // from begin
+    duplicate,  // from begin, fail
+    dead,  // from begin, fail
+    mismatch,  // from begin
+    retry,  // from fail
+    unknown,  // not one of the above: a newer server; treated as an error
+};
+
+inline constexpr std::array<std::string_view, 5> inbox_answers = {{"process", "duplicate", "dead", "mismatch", "retry"}};
+
+inline inbox_answer parse_inbox_answer(std::string_view text) noexcept
+{
+    for (std::size_t i = 0; i < inbox_answers.size(); ++i)
+        if (inbox_answers[i] == text)
+            return static_cast<inbox_answer>(i);
+    return inbox_answer::unknown;
+}
+
+// The consumer's result for a server answer (process: once done commits).
+inline constexpr inbox_outcome result_of(inbox_answer a) noexcept
+{
+    switch (a)
+    {
+    case inbox_answer::process:
+        return inbox_outcome::processed;
+    case inbox_answer::duplicate:
+        return inbox_outcome::duplicate;
+    case inbox_answer::dead:
+        return inbox_outcome::dead;
+    case inbox_answer::mismatch:
+        return inbox_outcome::mismatch;
+    case inbox_answer::retry:
+        return inbox_outcome::retry;
+    case inbox_answer::unknown:
+        break;
+    }
+    return inbox_outcome::unknown;
+}
+
+inline constexpr std::string_view name(inbox_outcome o) noexcept
+{
+    switch (o)
+    {
+    case inbox_outcome::processed:
+        return "processed";
+    case inbox_outcome::duplicate:
+        return "duplicate";
+    case inbox_outcome::dead:
+        return "dead";
+    case inbox_outcome::mismatch:
+        return "mismatch";
+    case inbox_outcome::retry:
+        return "retry";
+    case inbox_outcome::unknown:
+        return "unknown";
+    }
+    return "unknown";
+}
+
+inline constexpr broker_action broker_action_of(inbox_outcome o) noexcept
+{
+    switch (o)
+    {
+    case inbox_outcome::processed:
+        return broker_action::ack;
+    case inbox_outcome::duplicate:
+        return broker_action::ack;
+    case inbox_outcome::dead:
+        return broker_action::ack;
+    case inbox_outcome::mismatch:
+        return broker_action::ack;
+    case inbox_outcome::retry:
+        return broker_action::requeue_after;
+    case inbox_outcome::unknown:
+        return broker_action::requeue;
+    }
+    return broker_action::requeue;
+}
+
+inline constexpr int inbox_default_max_attempts = 5;
+inline constexpr int inbox_max_attempts = 1000;
+
+// The answers of idem_outbox_nack.
+enum class nack_outcome
+{
+    retry,  // attempts left: claimable again after the backoff (idem.outbox_backoff's step for its attempt)
+    dead,  // that was its last attempt (idem.outbox_max_attempts): dead, it no longer holds its key back
+    stale,  // the token no longer holds the event (its lease ran out and another claim took it, or it was acked); nothing changed
+    unknown,  // not one of the above: a newer server
+};
+
+inline nack_outcome parse_nack_outcome(std::string_view text) noexcept
+{
+    if (text == "retry")
+        return nack_outcome::retry;
+    if (text == "dead")
+        return nack_outcome::dead;
+    if (text == "stale")
+        return nack_outcome::stale;
+    return nack_outcome::unknown;
+}
+
+// The metric names of the consumers and relays (one series per inbox_outcome and
+// per batch_report count).
+inline constexpr std::string_view inbox_metric = "idem_client_inbox_messages_total";
+inline constexpr std::string_view relay_metric = "idem_client_outbox_events_total";
+inline constexpr std::array<std::string_view, 10> relay_counts = {{"claimed", "published", "acked", "lease_lost", "retried", "dead", "stale", "held_back", "expired", "abandoned"}};
 
 }  // namespace protocol
 }  // namespace idem

@@ -9,10 +9,13 @@
 #pragma once
 
 #include <idem/pg.hpp>
+#include <idem/protocol.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace idem {
@@ -68,18 +71,49 @@ class connection_provider
 public:
     virtual ~connection_provider() = default;
     // A connection for the caller's exclusive use until the handle dies.
-    // Throws (e.g. pg::broken_connection) when none can be had.
+    // Throws (e.g. pg::broken_connection) when none can be had; a bounded
+    // provider whose connections are all out throws idem::pool_exhausted
+    // once it has waited as long as it waits.
     virtual connection_handle acquire() = 0;
+    // The same, waiting at most `within` for a bounded provider (the
+    // runner asks so for a waiting duplicate's next round, bounded by its
+    // wait budget). By default: acquire().
+    virtual connection_handle acquire_within(std::chrono::milliseconds within)
+    {
+        (void)within;
+        return acquire();
+    }
+    // How many connections it gives out at most, if it is bounded: waiting
+    // duplicates then hold at most their share of them
+    // (protocol::pool_duplicates_share) and hand theirs back between wait
+    // slices, so that they cannot take the pool from the requests that
+    // would run. std::nullopt: no bound the runner knows of.
+    virtual std::optional<std::size_t> capacity() const { return std::nullopt; }
 };
 
 // A minimal thread-safe pool: keeps up to max_idle idle connections and
-// opens new ones on demand (no upper bound: bound concurrency upstream).
-// Broken connections and ones returned inside a transaction are closed.
+// opens new ones on demand. Without max_size there is no upper bound
+// (bound concurrency upstream, or the server's max_connections is met);
+// with it, at most max_size connections are out, and acquire() waits its
+// turn (first come, first served) up to `wait`, then throws
+// idem::pool_exhausted. A request holds one connection at a time, two in
+// run_fenced(): size a bounded pool for that. Broken connections and ones
+// returned inside a transaction are closed.
 class simple_pool : public connection_provider
 {
 public:
+    struct options
+    {
+        std::size_t max_idle = 8;
+        std::size_t max_size = 0;  // 0: no bound
+        std::chrono::milliseconds wait = protocol::pool_wait;
+    };
+
     explicit simple_pool(std::string conninfo, std::size_t max_idle = 8);
+    simple_pool(std::string conninfo, options o);
     connection_handle acquire() override;
+    connection_handle acquire_within(std::chrono::milliseconds within) override;
+    std::optional<std::size_t> capacity() const override;
     std::size_t idle() const;
 
 private:

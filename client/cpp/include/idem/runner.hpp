@@ -155,13 +155,16 @@ public:
     const config &settings() const noexcept;
 
     // Checks, on a connection of its own, that pg_idem can be used as
-    // configured (idem/diagnostics.hpp): installed, not older than
-    // idem::oldest_extension, its schema on the search_path (or
-    // configured), EXECUTE on its functions, the lease and cooldown within
-    // idem.max_lease. Throws idem::setup_error saying what to do, or the
-    // connection's error. Call it at start-up to refuse to start; a runner
-    // makes the same check at its first request either way.
-    void check() const;
+    // configured (idem/diagnostics.hpp): the role and the database exist,
+    // the extension is installed, not older than idem::oldest_extension,
+    // its schema on the search_path (or configured), EXECUTE on its
+    // functions, the lease and cooldown within idem.max_lease. A server
+    // that does not answer yet (nothing listens, or it is starting up) is
+    // tried again for up to `wait`, each failed try given to on_error.
+    // Throws idem::setup_error saying what to do. Call it at start-up to
+    // refuse to start (protocol.toml [client.startup]); a runner makes the
+    // same check at its first request either way (answered 503 meanwhile).
+    void check(std::chrono::milliseconds wait = protocol::startup_wait) const;
 
 private:
     std::shared_ptr<const detail::engine> engine_;

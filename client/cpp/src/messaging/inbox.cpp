@@ -90,21 +90,16 @@ void check_schema(const std::string &schema, const char *owner)
 
 namespace {
 
-// The server's outcome strings; anything else is a protocol error.
-inbox_outcome outcome_of(const std::string &s)
+// The server's answer; anything the protocol does not know is an error.
+protocol::inbox_answer answer_of(const std::string &s)
 {
-    if (s == "process")
-        return inbox_outcome::processed;
-    if (s == "duplicate")
-        return inbox_outcome::duplicate;
-    if (s == "dead")
-        return inbox_outcome::dead;
-    if (s == "mismatch")
-        return inbox_outcome::mismatch;
-    if (s == "retry")
-        return inbox_outcome::retry;
-    throw pg::failure("pg_idem answered an unknown inbox outcome \"" + s + "\"");
+    const protocol::inbox_answer a = protocol::parse_inbox_answer(s);
+    if (a == protocol::inbox_answer::unknown)
+        throw pg::failure("pg_idem answered an unknown inbox outcome \"" + s + "\"");
+    return a;
 }
+
+inbox_outcome outcome_of(const std::string &s) { return protocol::result_of(answer_of(s)); }
 
 // The statements, qualified with the configured schema.
 struct inbox_sql
@@ -131,30 +126,14 @@ void read_failure(const pg::result &res, inbox_result &r)
 
 }  // namespace
 
-const char *to_string(inbox_outcome o) noexcept
-{
-    switch (o)
-    {
-    case inbox_outcome::processed:
-        return "processed";
-    case inbox_outcome::duplicate:
-        return "duplicate";
-    case inbox_outcome::dead:
-        return "dead";
-    case inbox_outcome::mismatch:
-        return "mismatch";
-    case inbox_outcome::retry:
-        return "retry";
-    case inbox_outcome::unknown:
-        return "unknown";
-    }
-    return "unknown";
-}
+// The generated names are string literals: data() is NUL-terminated.
+const char *to_string(inbox_outcome o) noexcept { return protocol::name(o).data(); }
 
 void inbox_settings::validate() const
 {
-    if (max_attempts < 1 || max_attempts > 1000)
-        throw config_error("inbox: max_attempts must be between 1 and 1000");
+    if (max_attempts < 1 || max_attempts > protocol::inbox_max_attempts)
+        throw config_error("inbox: max_attempts must be between 1 and " +
+                           std::to_string(protocol::inbox_max_attempts));
     if (handler_attempts < 1 || handler_attempts > 100)
         throw config_error("inbox: handler_attempts must be between 1 and 100");
     if (max_error_bytes < 16 || max_error_bytes > 1024 * 1024)
@@ -181,15 +160,15 @@ inbox_result inbox::handle(const std::string &consumer, const inbox_message &mes
 
     // Begin. Nothing is begun when it fails, so a 40001/40P01 (the message
     // changed under it too often) may simply be tried again.
-    std::string decision;
+    protocol::inbox_answer decision = protocol::inbox_answer::unknown;
     for (unsigned attempt = 1;; ++attempt)
     {
         tx.emplace(*conn, settings_.isolation);
         try
         {
-            decision = tx->exec(sql.begin, consumer, id, pg::as_bytea(payload_hash),
-                                settings_.max_attempts)
-                           .get_text(0, 0);
+            decision = answer_of(tx->exec(sql.begin, consumer, id, pg::as_bytea(payload_hash),
+                                          settings_.max_attempts)
+                                     .get_text(0, 0));
             break;
         }
         catch (const pg::transaction_rollback &)
@@ -199,10 +178,10 @@ inbox_result inbox::handle(const std::string &consumer, const inbox_message &mes
                 throw;
         }
     }
-    if (decision != "process")
+    if (decision != protocol::inbox_answer::process)
     {
         tx->commit();  // a cap reached at begin commits the dead letter
-        r.outcome = outcome_of(decision);
+        r.outcome = protocol::result_of(decision);
         return r;
     }
 

@@ -1,5 +1,6 @@
 // The outbox drainer: claim, publish, ack and nack, wait, stop.
 #include <idem/outbox.hpp>
+#include <idem/protocol.hpp>
 
 #include "messaging/detail.hpp"
 
@@ -210,13 +211,19 @@ struct drainer::state
         }
         for (const auto &[id, error] : failed)
         {
-            const std::string outcome = exec_uncanceled(c, sql.nack, token, id, error).get_text(0, 0);
-            if (outcome == "retry")
+            switch (protocol::parse_nack_outcome(exec_uncanceled(c, sql.nack, token, id, error).get_text(0, 0)))
+            {
+            case protocol::nack_outcome::retry:
                 ++rep.retried;
-            else if (outcome == "dead")
+                break;
+            case protocol::nack_outcome::dead:
                 ++rep.dead;
-            else
+                break;
+            case protocol::nack_outcome::stale:
+            case protocol::nack_outcome::unknown:
                 ++rep.stale;
+                break;
+            }
         }
         {
             std::lock_guard<std::mutex> lk(mu);

@@ -5,9 +5,12 @@
 
 #include <libpq-fe.h>
 
+#include <idem/protocol.hpp>
+
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <regex>
 #include <stdexcept>
 
 namespace idem::pg {
@@ -65,6 +68,24 @@ std::string trimmed(const char *msg)
     while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
         s.pop_back();
     return s.empty() ? std::string("connection to the server lost") : s;
+}
+
+// libpq keeps no SQLSTATE for a connection the server refused: the
+// server's words tell it (protocol.toml [[connect_message]]), so that a
+// role or database that does not exist is not taken for a server that
+// cannot be reached.
+std::string connect_sqlstate(const std::string &message)
+{
+    static const std::vector<std::pair<std::string, std::regex>> known = [] {
+        std::vector<std::pair<std::string, std::regex>> v;
+        for (const protocol::connect_message &m : protocol::connect_messages)
+            v.emplace_back(std::string(m.sqlstate), std::regex(std::string(m.pattern)));
+        return v;
+    }();
+    for (const auto &[state, pattern] : known)
+        if (std::regex_search(message, pattern))
+            return state;
+    return {};
 }
 
 int hexval(char c)
@@ -226,7 +247,10 @@ connection::connection(const std::string &conninfo) : conn_(PQconnectdb(conninfo
     if (!conn_)
         throw broken_connection("out of memory allocating a connection");
     if (PQstatus(conn_.get()) != CONNECTION_OK)
-        throw broken_connection(trimmed(PQerrorMessage(conn_.get())));
+    {
+        const std::string message = trimmed(PQerrorMessage(conn_.get()));
+        throw broken_connection(message, connect_sqlstate(message));
+    }
     PQsetNoticeProcessor(conn_.get(), ignore_notice, nullptr);
 }
 

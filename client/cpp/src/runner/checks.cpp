@@ -34,7 +34,11 @@ const char *const check_sql =
     "CURRENT_USER::text, pg_catalog.current_database()::text, "
     "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
     " AND p.proname = 'idem_claim' AND p.pronargs = 5 "
-    " AND p.proargtypes[4] = 'pg_catalog.interval'::pg_catalog.regtype) "
+    " AND p.proargtypes[4] = 'pg_catalog.interval'::pg_catalog.regtype), "
+    // idem_edition() (0.6.0): 'c' or 'sql'; the SQL edition's plain script
+    // has no extension row, and is no router.
+    "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
+    " AND p.proname = 'idem_edition' AND p.pronargs = 0) "
     "FROM (SELECT) one LEFT JOIN (SELECT e.extversion, e.extnamespace, n.nspname::text "
     " FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n "
     " ON n.oid OPERATOR(pg_catalog.=) e.extnamespace WHERE e.extname = 'pg_idem' "
@@ -77,6 +81,18 @@ std::vector<long> version_parts(std::string_view v)
 
 std::string ms_text(milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
+// Which edition answers, once the check row (column 10) found idem_edition
+// in the schema (column 1): "c" or "sql".
+void ask_edition(pg::connection &conn, const pg::result &r, server_features &f)
+{
+    if (f.router || !r.get_bool(0, 10))
+        return;
+    std::string quoted = "\"";
+    for (char ch : r.get_text(0, 1))
+        quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    f.edition = conn.exec("SELECT " + quoted + "\".idem_edition()").get_text(0, 0);
+}
+
 }  // namespace
 
 bool version_older(std::string_view a, std::string_view b)
@@ -104,7 +120,8 @@ server_features engine::features(pg::connection &conn) const
     {
         return server_features{};  // e.g. no access to the catalog: poll, ask again later
     }
-    const server_features f = check_row(r);
+    server_features f = check_row(r);
+    ask_edition(conn, r, f);
     std::lock_guard<std::mutex> lk(features_mu_);
     features_ = f;
     return f;
@@ -116,9 +133,11 @@ server_features engine::check_row(const pg::result &r) const
     const std::string db = r.get_optional_text(0, 8).value_or("?");
     const std::optional<std::string> version = r.get_optional_text(0, 0);
     // No extension but idem_claim on the path: a router, whose partitions
-    // have the extension (their versions are theirs to check).
-    const bool router = !version && r.get_optional_text(0, 1).has_value();
-    if (!version && !router)
+    // have the extension (their versions are theirs to check), or the SQL
+    // edition's plain script (it has idem_edition, and is at least 0.6.0).
+    const bool on_path = r.get_optional_text(0, 1).has_value();
+    const bool router = !version && on_path && !r.get_bool(0, 10);
+    if (!version && !on_path)
         throw setup_error("pg_idem: the extension pg_idem is not installed in database \"" + db +
                           "\": CREATE EXTENSION pg_idem there (docs/guides/privileges.md), then "
                           "GRANT idem_client TO " + role + ".");
@@ -159,6 +178,7 @@ server_features engine::check_row(const pg::result &r) const
     f.begin_wait = r.get_bool(0, 5);
     f.lock_wait = r.get_bool(0, 9);
     f.router = router;
+    f.edition = router ? "" : "c";
     return f;
 }
 
@@ -176,7 +196,7 @@ void engine::refuse_router(pg::connection &conn, const char *mode) const
                           "(idem/partition.hpp, docs/guides/sharding.md).");
 }
 
-void engine::check() const
+void engine::check_once() const
 {
     {
         std::lock_guard<std::mutex> lk(features_mu_);
@@ -184,7 +204,8 @@ void engine::check() const
     }
     connection_handle conn = provider_.acquire();
     pg::result r = conn->exec(check_sql);
-    const server_features f = check_row(r);
+    server_features f = check_row(r);
+    ask_edition(*conn, r, f);
     std::lock_guard<std::mutex> lk(features_mu_);
     features_ = f;
 }
@@ -193,7 +214,13 @@ void engine::report(std::exception_ptr error, const char *during) const
 {
     if (!error || (!cfg_.on_error() && !cfg_.log_errors()))
         return;
-    const store_error e = describe_store_error(error, during);
+    store_error e = describe_store_error(error, during);
+    const bool pool = std::string_view(during) == "connection pool";
+    if (pool)
+        e.fix = "the pool has " + std::to_string(capacity_.value_or(0)) + " connections, and " +
+                std::to_string(duplicates_waiting_.load()) +
+                " of this runner's requests were duplicates waiting for their first request: " + e.fix +
+                " (simple_pool::options::max_size; config follower_wait_budget)";
     if (cfg_.on_error())
     {
         try
@@ -215,7 +242,7 @@ void engine::report(std::exception_ptr error, const char *during) const
             return;
     }
     std::ostringstream line;
-    line << "pg_idem: " << e.during << " failed: ";
+    line << "pg_idem: " << e.during << (pool ? " exhausted: " : " failed: ");
     if (!e.sqlstate.empty())
         line << e.sqlstate << ' ';
     line << e.message;
@@ -229,6 +256,6 @@ void engine::report(std::exception_ptr error, const char *during) const
 
 namespace idem {
 
-void runner::check() const { engine_->check(); }
+void runner::check(std::chrono::milliseconds wait) const { engine_->check(wait); }
 
 }  // namespace idem

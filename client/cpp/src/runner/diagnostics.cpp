@@ -2,6 +2,7 @@
 // deployment meets, and the store_error the on_error hook and the log get.
 #include <idem/diagnostics.hpp>
 #include <idem/error.hpp>
+#include <idem/protocol.hpp>
 
 namespace idem {
 
@@ -31,6 +32,10 @@ const known_fix fixes[] = {
               "within idem.max_lease."},
     {"53300", "the server has no connection slot left: bound the application's pool (and the "
               "pooler's) below max_connections."},
+    {"28000", "the server refused the role: check the connection string's user (does the role "
+              "exist, may it log in?) and pg_hba.conf."},
+    {"28P01", "the password was refused: check the connection string's password (or .pgpass)."},
+    {"3D000", "the connection string names a database that does not exist: check its dbname."},
     {"57014", "a statement_timeout shorter than the follower wait budget cancelled it: raise "
               "statement_timeout for the role or lower follower_wait_budget."},
     {"55P03", "a lock was held longer than the wait budget (an idem_begin transaction): shorten "
@@ -81,6 +86,13 @@ store_error describe_store_error(std::exception_ptr e, std::string during)
     {
         out.message = x.what();
         out.fix = "see the message.";
+        return out;
+    }
+    catch (const pool_exhausted &x)
+    {
+        // Not the server's: never "the server cannot be reached".
+        out.message = x.what();
+        out.fix = std::string(protocol::pool_exhausted_fix) + ".";
         return out;
     }
     catch (const pg::sql_error &x)

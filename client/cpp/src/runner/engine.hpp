@@ -8,6 +8,7 @@
 //   fenced.cpp        run_fenced
 //   in_tx.cpp         run_in_transaction
 //   checks.cpp        the first use's check of the extension, store errors reported
+//   startup.cpp       runner::check() at start-up: refuse, or wait for the server
 //   config.cpp, diagnostics.cpp  the public config and store_error (idem/config.hpp,
 //                     idem/diagnostics.hpp)
 //
@@ -96,15 +97,17 @@ inline constexpr unsigned store_attempts = 3;
 bool is_prepared_statement_error(const std::exception &e);
 
 // The max_wait of a claim: what is left of the budget, at most one slice.
-// Unless configured, a follower behind a pooler waits in slices
-// (config::pooled_wait_slice): each slice's statement ends, and the pooler
-// gets the server connection back for the winner's finalize.
+// Unless configured, a follower behind a pooler, or with a bounded
+// connection provider, waits in slices (config::pooled_wait_slice): each
+// slice's statement ends, and the pooler gets the server connection back
+// for the winner's finalize, the provider the client connection for the
+// requests that would run.
 inline milliseconds wait_for(const config &cfg, clock::time_point deadline,
-                             const pg::connection &conn)
+                             const pg::connection &conn, bool bounded)
 {
     const milliseconds left = remaining(deadline);
     milliseconds slice = cfg.server_wait_slice();
-    if (!cfg.server_wait_slice_set() && conn.behind_pooler().value_or(false))
+    if (!cfg.server_wait_slice_set() && (bounded || conn.behind_pooler().value_or(false)))
         slice = config::pooled_wait_slice;
     return slice.count() > 0 ? std::min(left, slice) : left;
 }
@@ -170,6 +173,7 @@ struct server_features
     bool begin_wait = false;  // idem_begin(..., max_wait)
     bool lock_wait = false;   // idem_claim(..., max_wait, lock_wait) and the others (0.6.0)
     bool router = false;      // a PL/Proxy router: no extension, its idem_* functions forward
+    std::string edition;      // "c" (the library) or "sql" (the SQL edition); empty for a router
 };
 
 // a is an older version than b ("0.2.0" < "0.3.0").
@@ -178,6 +182,58 @@ bool version_older(std::string_view a, std::string_view b);
 // idem.max_response_bytes as shown by current_setting ("2MB", "1024", "-1").
 std::optional<std::size_t> parse_size_setting(const std::optional<std::string> &text);
 
+
+// The waiting duplicates' share of a bounded provider
+// (protocol::pool_duplicates_share): a duplicate takes a slot before it
+// asks for its next round's connection and gives it back with it.
+class duplicate_slots
+{
+public:
+    explicit duplicate_slots(std::size_t size) : free_(size) {}
+    bool take(milliseconds within)
+    {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (!cv_.wait_for(lk, within, [&] { return free_ > 0; }))
+            return false;
+        --free_;
+        return true;
+    }
+    void give()
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++free_;
+        cv_.notify_one();
+    }
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::size_t free_;
+};
+
+// A call's slot, if it holds one, and its place among the waiting
+// duplicates an exhausted pool's log line counts; both given back when it
+// ends.
+struct duplicate_mark
+{
+    duplicate_slots *slot = nullptr;
+    std::atomic<int> *waiting = nullptr;
+    duplicate_mark() = default;
+    duplicate_mark(const duplicate_mark &) = delete;
+    duplicate_mark &operator=(const duplicate_mark &) = delete;
+    ~duplicate_mark()
+    {
+        give_slot();
+        if (waiting)
+            --*waiting;
+    }
+    void give_slot()
+    {
+        if (slot)
+            slot->give();
+        slot = nullptr;
+    }
+};
 
 // Per request state.
 struct call
@@ -195,6 +251,7 @@ struct call
     milliseconds asked{0};        // the max_wait of the last claim
     const char *one_transaction = nullptr;  // the mode, when it needs one transaction on the partition
     clock::time_point sent;       // when it was sent
+    duplicate_mark duplicate;     // as a waiting duplicate (bounded providers)
     run_result res;
 };
 
@@ -240,8 +297,13 @@ class engine
 {
 public:
     engine(connection_provider &p, config cfg, metrics *m)
-        : provider_(p), cfg_(std::move(cfg)), metrics_(m), allow_(cfg_), sql_(cfg_.schema())
+        : provider_(p), cfg_(std::move(cfg)), metrics_(m), allow_(cfg_), sql_(cfg_.schema()),
+          capacity_(p.capacity())
     {
+        if (capacity_)
+            slots_.emplace(std::max<std::size_t>(
+                1, static_cast<std::size_t>(static_cast<double>(*capacity_) *
+                                            protocol::pool_duplicates_share)));
     }
 
     run_result run(const request_view &req, const handler &h) const;
@@ -285,8 +347,12 @@ public:
     // The first use also checks the extension (checks.cpp): a
     // setup_error when it cannot be used as configured.
     server_features features(pg::connection &conn) const;
-    // runner::check(): the same on a connection of its own, asked anew.
-    void check() const;
+    // runner::check(): the same on a connection of its own, asked anew;
+    // a server that does not answer yet is waited for up to `wait`
+    // (runner_startup.cpp).
+    void check(milliseconds wait) const;
+    // One try of check().
+    void check_once() const;
     // The on_error hook and the log line, once per cause.
     void report(std::exception_ptr error, const char *during) const;
     connection_provider &provider() const { return provider_; }
@@ -351,6 +417,11 @@ private:
     run_result finish(call &c, outcome o) const;
     run_result answer(call &c, response r, outcome o) const;
     run_result unavailable(call &c) const;
+    // The claim connection of a round: a waiting duplicate's within its
+    // budget and, with a bounded provider, its share (pool_exhausted when not).
+    connection_handle acquire_round(call &c) const;
+    // Said once per runner: a guarded request came without a principal.
+    void warn_principal() const;
     // Throws setup_error for fenced or in-transaction mode through a PL/Proxy router.
     void refuse_router(pg::connection &conn, const char *mode) const;
     run_result timed_out(call &c) const;
@@ -415,6 +486,10 @@ private:
     mutable std::optional<server_features> features_;
     mutable std::mutex logged_mu_;
     mutable std::set<std::string> logged_;
+    const std::optional<std::size_t> capacity_;  // the provider's bound, if it has one
+    mutable std::optional<duplicate_slots> slots_;
+    mutable std::atomic<int> duplicates_waiting_{0};
+    mutable std::atomic<bool> warned_principal_{false};
 };
 
 // Reports which kind of win a claim row is.

@@ -2,6 +2,8 @@
 // loop every mode goes round.
 #include "runner/engine.hpp"
 
+#include <cstdio>
+
 namespace idem::detail {
 
 // ---- engine: shared pieces --------------------------------------------------
@@ -30,8 +32,32 @@ run_result engine::answer(call &c, response r, outcome o) const
 
 run_result engine::unavailable(call &c) const
 {
+    const std::exception_ptr now = std::current_exception();
+    try
+    {
+        if (now)
+            std::rethrow_exception(now);
+    }
+    catch (const pool_exhausted &)
+    {
+        // No connection came free (protocol.toml [client.pool]): for a
+        // duplicate, whose wait for one is bounded by its budget, the
+        // budget's answer (the key is still in progress, as far as it
+        // knows); for any other request, connection-pool-exhausted.
+        if (c.seen_in_progress)
+            return timed_out(c);
+        if (!c.res.error)
+            c.res.error = now;
+        emit(event::pool_exhausted);
+        report(now, "connection pool");
+        return answer(c, problems::make(protocol::pool_exhausted_answer, cfg_.profile(), cfg_.retry_after()),
+                      protocol::pool_exhausted_result);
+    }
+    catch (...)
+    {
+    }
     if (!c.res.error)
-        c.res.error = std::current_exception();
+        c.res.error = now;
     report(c.res.error, "claim");
     return answer(c, problems::store_unavailable(cfg_.profile(), cfg_.retry_after()),
                   outcome::failed);
@@ -66,10 +92,44 @@ void engine::start_waiting(call &c) const
     }
 }
 
+connection_handle engine::acquire_round(call &c) const
+{
+    if (!c.seen_in_progress)
+        return provider_.acquire();
+    const milliseconds left = remaining(c.deadline);
+    if (slots_ && !c.duplicate.slot)
+    {
+        if (!slots_->take(left))
+            throw pool_exhausted("pg_idem: no place among the waiting duplicates' share of the pool came "
+                                 "free within the wait budget");
+        c.duplicate.slot = &*slots_;
+    }
+    return provider_.acquire_within(left);
+}
+
+void engine::warn_principal() const
+{
+    if (warned_principal_.exchange(true) || !cfg_.log_errors())
+        return;
+    std::fputs("pg_idem: a request with an Idempotency-Key has no principal: it is answered 401 "
+               "principal-missing, not run. If it was authenticated, the principal is read before "
+               "the authentication sets it; a route without users names its callers as one "
+               "principal (a fixed string). (Logged once.)\n",
+               stderr);
+}
+
 std::optional<run_result> engine::prepare(const request_view &req, call &c, bool &unguarded) const
 {
     unguarded = false;
     const key_status ks = check_key_header(req.idempotency_keys);
+    if ((ks != key_status::absent || req.key_required) && req.principal.empty())
+    {
+        // protocol.toml [client.missing_principal]: refused, never keyed on
+        // "" (one caller's replay to another) nor run unguarded (twice).
+        warn_principal();
+        return answer(c, problems::make(protocol::missing_principal, cfg_.profile()),
+                      protocol::missing_principal_result);
+    }
     if (ks == key_status::absent && req.key_required)
         return answer(c, problems::missing_key(cfg_.profile()), outcome::rejected);
     if (ks != key_status::absent && ks != key_status::ok)
@@ -100,7 +160,7 @@ claim_row engine::claim(call &c, pg::connection &conn) const
     c.can_wait = cfg_.wakeup() == follower_wakeup::server_wait && !c.wait_refused &&
                  features(conn).claim_wait;
     c.server_wait = c.can_wait && c.seen_in_progress;
-    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, conn) : milliseconds(0);
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, conn, capacity_.has_value()) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
                                   pg::to_param(cfg_.lease()),
@@ -207,7 +267,7 @@ run_result engine::loop(call &c, connection_handle conn, bool claim_first,
         try
         {
             if (!conn)
-                conn = provider_.acquire();
+                conn = acquire_round(c);
             row = do_claim ? claim(c, *conn) : lookup(c, *conn);
         }
         catch (const pg::lock_not_available &)
@@ -276,6 +336,11 @@ std::optional<run_result> engine::follow(call &c, connection_handle &conn, const
         return std::nullopt;
     case next::wait:
         c.seen_in_progress = true;
+        if (!c.duplicate.waiting)
+        {
+            c.duplicate.waiting = &duplicates_waiting_;
+            ++duplicates_waiting_;
+        }
         start_waiting(c);
         if (clock::now() >= c.deadline)
             return timed_out(c);
@@ -291,6 +356,13 @@ std::optional<run_result> engine::follow(call &c, connection_handle &conn, const
         catch (const std::exception &)
         {
             return unavailable(c);
+        }
+        if (capacity_)
+        {
+            // A bounded provider: the connection and the slot go back between
+            // rounds, for the requests that would run (issue 31).
+            conn.reset();
+            c.duplicate.give_slot();
         }
         // Waiting in the server: ask it again (the claim waits); polling:
         // read the key, claim it once it is free.

@@ -103,7 +103,7 @@ claim_row engine::begin_flight(call &c, in_tx_run &s, pg::isolation level,
                                std::optional<pg::transaction> &tx) const
 {
     if (!s.conn)
-        s.conn = provider_.acquire();
+        s.conn = acquire_round(c);
     if (!s.do_claim)
         return lookup(c, *s.conn);
     // The features are asked before BEGIN: a failed catalog read must not
@@ -116,7 +116,7 @@ claim_row engine::begin_flight(call &c, in_tx_run &s, pg::isolation level,
     // Duplicates wait inside idem_begin for the first transaction (bounded
     // by our budget as lock_wait, for idem_begin only), and with max_wait
     // for a lease-mode winner too.
-    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *s.conn) : milliseconds(0);
+    c.asked = c.server_wait ? wait_for(cfg_, c.deadline, *s.conn, capacity_.has_value()) : milliseconds(0);
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
                                   pg::to_param(lock_wait_text(remaining(c.deadline)))};

@@ -1,9 +1,9 @@
 # cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DVERSION=major.minor [-DCXX=...] -P check.cmake
 #
 # Installs the client from BUILD_DIR into WORK_DIR/prefix, then builds and
-# runs the consumer with find_package(pg_idem VERSION) (the version built:
-# the package config accepts the same minor version only) and with
-# pkg-config.
+# runs the consumer with find_package(pg_idem VERSION) (the client's own
+# major.minor: a 0.x release accepts requests for its own minor only) and
+# with pkg-config.
 function(run)
     execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
     if(NOT rc EQUAL 0)

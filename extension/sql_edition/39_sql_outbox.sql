@@ -1,0 +1,652 @@
+-- The SQL edition of the outbox (outbox/outbox_stage.c, outbox_claim.c,
+-- outbox_ack.c, outbox_prune.c, outbox_wait.c): the same rows, staged in
+-- the caller's transaction, claimed in batches FOR UPDATE SKIP LOCKED
+-- under a fenced lease, acked into the archive, per-key order kept.
+--
+-- The C edition walks the queue's indexes directly; this one states the
+-- same thing in SQL, as 0.4.0 did: the batch is picked in a MATERIALIZED
+-- CTE (SKIP LOCKED under IN (...) may return more than the limit), a row
+-- changed since the snapshot is followed to its newest version and
+-- checked again by FOR UPDATE, and the ack's DELETE and the nack's UPDATE
+-- re-check token, state and scope against the newest version.  Nothing
+-- wakes an idle drainer (no shared memory): idem_outbox_wait polls.
+-- (The request-path functions reach their idem__* functions through
+-- casts; 21_sql_claims.sql says why.)
+
+-- The event's checks (outbox_stage.c): topic 1 .. 255 bytes, a key not
+-- empty (its SHA-256 is what per-key order compares), headers an object,
+-- a delay not negative.  Host declares nothing.
+-- @snippet stage_checks(topic, key, headers, delay)
+IF pg_catalog.octet_length(%topic%) = 0 OR pg_catalog.octet_length(%topic%) > 255 THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+        MESSAGE = 'topic must be between 1 and 255 bytes',
+        DETAIL = pg_catalog.format('The topic given is %s bytes long.', pg_catalog.octet_length(%topic%));
+END IF;
+IF %key% = '' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'key must not be empty',
+        HINT = 'Pass NULL for an event that needs no per-key order.';
+END IF;
+IF %headers% IS NOT NULL AND pg_catalog.jsonb_typeof(%headers%) <> 'object' THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object',
+        DETAIL = 'Headers are stored as {"name": value, ...}.';
+END IF;
+IF %delay% < '0'::pg_catalog.interval THEN
+    RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'delay must not be negative',
+        DETAIL = pg_catalog.format('The delay given is %s.', %delay%);
+END IF;
+-- @end
+
+-- A key's SHA-256, of its bytes as the database stores them.
+-- @snippet key_hash(key)
+pg_catalog.sha256(pg_catalog.convert_to(%key%, pg_catalog.current_setting('server_encoding')))
+-- @end
+
+-- Before a session's first stage, the id sequence is caught up with the
+-- tables (core/sequences.c: after a logical-replication cut-over it
+-- starts below the replicated ids); idem_sql.outbox_ids_checked says a
+-- session did.  Catch-ups wait for one another (SHARE UPDATE EXCLUSIVE on
+-- the queue), so that none moves the sequence back.  Host declares
+-- c_highest bigint.
+-- @snippet outbox_ids_catch_up()
+IF pg_catalog.current_setting('idem_sql.outbox_ids_checked', true) IS DISTINCT FROM 'yes' THEN
+    SELECT GREATEST((SELECT pg_catalog.max(q.id) FROM @extschema@.idem_outbox_queue q),
+                    (SELECT pg_catalog.max(a.id) FROM @extschema@.idem_outbox_archive a))
+      INTO c_highest;
+    IF c_highest > COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_outbox_id_seq'::pg_catalog.regclass), 0) THEN
+        LOCK TABLE @extschema@.idem_outbox_queue IN SHARE UPDATE EXCLUSIVE MODE;
+        IF c_highest > COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_outbox_id_seq'::pg_catalog.regclass), 0) THEN
+            PERFORM pg_catalog.setval('@extschema@.idem_outbox_id_seq'::pg_catalog.regclass, c_highest + 1000000);
+            RAISE LOG 'pg_idem advanced sequence "idem_outbox_id_seq" past %', c_highest
+                USING DETAIL = 'Its position was not above what its tables hold, as after a logical-replication cut-over.';
+        END IF;
+    END IF;
+    PERFORM pg_catalog.set_config('idem_sql.outbox_ids_checked', 'yes', false);
+END IF;
+-- @end
+
+-- @before idem_outbox_stage_json
+CREATE TYPE @extschema@.idem__outbox_stage_call AS (
+    topic pg_catalog.text, payload pg_catalog.jsonb, payload_bytes pg_catalog.bytea, message_key pg_catalog.text,
+    headers pg_catalog.jsonb, delay pg_catalog.interval, caller @extschema@.idem__caller);
+-- Stage one event of the caller's scope in its transaction; its id.
+CREATE FUNCTION @extschema@.idem__outbox_stage(args @extschema@.idem__outbox_stage_call)
+RETURNS pg_catalog.int8
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    c_highest pg_catalog.int8;
+    v_id pg_catalog.int8;
+BEGIN
+    {{null_arg(args.topic, 1, topic, 'idem_outbox_stage')}}
+    {{stage_checks(args.topic, args.message_key, args.headers, args.delay)}}
+    IF args.payload IS NULL AND args.payload_bytes IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payload must not be null',
+            DETAIL = pg_catalog.format('Argument 2 of %s, payload, is null.', 'idem_outbox_stage');
+    END IF;
+    {{null_arg(args.delay, 5, delay, 'idem_outbox_stage')}}
+    {{caller_scope(args.caller)}}
+    {{outbox_ids_catch_up()}}
+    INSERT INTO @extschema@.idem_outbox_queue AS q
+           (topic, message_key, key_hash, payload, payload_bytes, headers, available_at, scope)
+    VALUES (args.topic, args.message_key,
+            CASE WHEN args.message_key IS NOT NULL THEN {{key_hash(args.message_key)}} END,
+            args.payload, args.payload_bytes, args.headers,
+            pg_catalog.clock_timestamp() + args.delay, s_scope)
+    RETURNING q.id INTO v_id;
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'triggered_action_exception', MESSAGE = 'outbox event not staged',
+            DETAIL = 'A BEFORE INSERT trigger on idem_outbox_queue skipped the row.';
+    END IF;
+    RETURN v_id;
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_stage_call AS pg_catalog.int8)
+    WITH FUNCTION @extschema@.idem__outbox_stage(@extschema@.idem__outbox_stage_call);
+-- @end
+
+-- @symbol idem_outbox_stage_json
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN ROW($1, $2, NULL, $3, $4, $5, CURRENT_USER)::@extschema@.idem__outbox_stage_call::pg_catalog.int8;
+END
+$function$
+-- @end
+
+-- @symbol idem_outbox_stage_bytes
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN ROW($1, NULL, $2, $3, $4, $5, CURRENT_USER)::@extschema@.idem__outbox_stage_call::pg_catalog.int8;
+END
+$function$
+-- @end
+
+-- @before idem_outbox_stage_batch
+CREATE TYPE @extschema@.idem__outbox_stage_batch_call AS (
+    topic pg_catalog.text, payloads pg_catalog.jsonb[], message_keys pg_catalog.text[],
+    headers pg_catalog.jsonb[], delay pg_catalog.interval, caller @extschema@.idem__caller);
+-- One event per payload, in array order, in one INSERT; the ids in order.
+CREATE FUNCTION @extschema@.idem__outbox_stage_batch(args @extschema@.idem__outbox_stage_batch_call)
+RETURNS pg_catalog.int8[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    c_highest pg_catalog.int8;
+    v_n pg_catalog.int4 := COALESCE(pg_catalog.cardinality(args.payloads), 0);
+    v_ids pg_catalog.int8[];
+    v_bad pg_catalog.int4;
+BEGIN
+    {{null_arg(args.topic, 1, topic, 'idem_outbox_stage_batch')}}
+    {{stage_checks(args.topic, NULL::pg_catalog.text, NULL::pg_catalog.jsonb, '0'::pg_catalog.interval)}}
+    {{null_arg(args.payloads, 2, payloads, 'idem_outbox_stage_batch')}}
+    IF pg_catalog.array_ndims(args.payloads) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'array_subscript_error', MESSAGE = 'payloads must be a one-dimensional array',
+            DETAIL = pg_catalog.format('The array given has %s dimensions.', pg_catalog.array_ndims(args.payloads));
+    END IF;
+    IF v_n > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'program_limit_exceeded',
+            MESSAGE = 'at most 10000 events can be staged in one batch',
+            DETAIL = pg_catalog.format('The batch has %s payloads.', v_n),
+            HINT = 'Split it into several calls in the same transaction.';
+    END IF;
+    v_bad := (SELECT pg_catalog.min(o) FROM pg_catalog.unnest(args.payloads) WITH ORDINALITY AS p(v, o) WHERE p.v IS NULL);
+    IF v_bad IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'payloads must not contain nulls',
+            DETAIL = pg_catalog.format('Payload %s is NULL.', v_bad);
+    END IF;
+    IF pg_catalog.array_ndims(args.message_keys) > 1 OR pg_catalog.array_ndims(args.headers) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'array_subscript_error',
+            MESSAGE = pg_catalog.format('%s must be a one-dimensional array',
+                                        CASE WHEN pg_catalog.array_ndims(args.message_keys) > 1 THEN 'keys' ELSE 'headers' END),
+            DETAIL = pg_catalog.format('The array given has %s dimensions.',
+                                       GREATEST(pg_catalog.array_ndims(args.message_keys), pg_catalog.array_ndims(args.headers)));
+    END IF;
+    IF args.message_keys IS NOT NULL AND COALESCE(pg_catalog.cardinality(args.message_keys), 0) <> v_n THEN
+        RAISE EXCEPTION USING ERRCODE = 'array_subscript_error', MESSAGE = 'keys must have one element per payload',
+            DETAIL = pg_catalog.format('There are %s payloads and %s keys.', v_n, pg_catalog.cardinality(args.message_keys)),
+            HINT = 'Pass NULL for no keys at all, or a NULL element for one event.';
+    END IF;
+    IF args.headers IS NOT NULL AND COALESCE(pg_catalog.cardinality(args.headers), 0) <> v_n THEN
+        RAISE EXCEPTION USING ERRCODE = 'array_subscript_error', MESSAGE = 'headers must have one element per payload',
+            DETAIL = pg_catalog.format('There are %s payloads and %s headers.', v_n, pg_catalog.cardinality(args.headers)),
+            HINT = 'Pass NULL for no headers at all, or a NULL element for one event.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.unnest(args.message_keys) AS k(v) WHERE k.v = '') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'key must not be empty',
+            HINT = 'Pass NULL for an event that needs no per-key order.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.unnest(args.headers) AS h(v)
+                WHERE h.v IS NOT NULL AND pg_catalog.jsonb_typeof(h.v) <> 'object') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'headers must be a JSON object',
+            DETAIL = 'Headers are stored as {"name": value, ...}.';
+    END IF;
+    {{null_arg(args.delay, 5, delay, 'idem_outbox_stage_batch')}}
+    {{stage_checks(args.topic, NULL::pg_catalog.text, NULL::pg_catalog.jsonb, args.delay)}}
+    {{caller_scope(args.caller)}}
+    IF v_n = 0 THEN
+        RETURN '{}'::pg_catalog.int8[];
+    END IF;
+    {{outbox_ids_catch_up()}}
+    -- Ids drawn in array order (the default's nextval, row by row in
+    -- ordinality order), so per-key order follows the arrays.
+    WITH staged AS (
+        INSERT INTO @extschema@.idem_outbox_queue AS q
+               (topic, message_key, key_hash, payload, headers, available_at, scope)
+        SELECT args.topic, args.message_keys[e.o],
+               CASE WHEN args.message_keys[e.o] IS NOT NULL THEN {{key_hash(args.message_keys[e.o])}} END,
+               e.payload, args.headers[e.o], pg_catalog.clock_timestamp() + args.delay, s_scope
+          FROM pg_catalog.unnest(args.payloads) WITH ORDINALITY AS e(payload, o)
+         ORDER BY e.o
+        RETURNING q.id)
+    SELECT pg_catalog.array_agg(s.id ORDER BY s.id) INTO v_ids FROM staged s;
+    RETURN v_ids;
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_stage_batch_call AS pg_catalog.int8[])
+    WITH FUNCTION @extschema@.idem__outbox_stage_batch(@extschema@.idem__outbox_stage_batch_call);
+-- @end
+
+-- @symbol idem_outbox_stage_batch
+LANGUAGE plpgsql VOLATILE ROWS 100 SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN QUERY SELECT pg_catalog.unnest(ROW($1, $2, $3, $4, $5, CURRENT_USER)
+                 ::@extschema@.idem__outbox_stage_batch_call::pg_catalog.int8[]);
+END
+$function$
+-- @end
+
+-- @before idem_outbox_claim
+CREATE TYPE @extschema@.idem__outbox_claim_call AS (
+    batch pg_catalog.int4, lease pg_catalog.interval, caller @extschema@.idem__caller);
+CREATE TYPE @extschema@.idem__outbox_claimed AS (
+    id pg_catalog.int8, topic pg_catalog.text, key pg_catalog.text, payload pg_catalog.jsonb,
+    payload_bytes pg_catalog.bytea, headers pg_catalog.jsonb, attempts pg_catalog.int4,
+    created_at pg_catalog.timestamptz, claim_token pg_catalog.uuid, lease_expires_at pg_catalog.timestamptz);
+-- Lease at most batch claimable events of the caller's scope (then of the
+-- shared scope of events from before 0.3.0) to a fresh token, counting
+-- the attempt; one whose attempts are used up (its last lease ran out)
+-- goes dead instead, never to be handed out again.  In id order.
+CREATE FUNCTION @extschema@.idem__outbox_claim(args @extschema@.idem__outbox_claim_call)
+RETURNS @extschema@.idem__outbox_claimed[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    a_max_ms pg_catalog.int8;
+    a_us pg_catalog.numeric;
+    a_text pg_catalog.text;
+    v_lease pg_catalog.interval;
+    v_max_attempts pg_catalog.int8;
+    v_token CONSTANT pg_catalog.uuid := pg_catalog.gen_random_uuid();
+    v_now pg_catalog.timestamptz;
+    v_rows @extschema@.idem__outbox_claimed[];
+BEGIN
+    {{null_arg(args.batch, 1, batch, 'idem_outbox_claim')}}
+    IF args.batch < 1 OR args.batch > 10000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'batch must be between 1 and 10000',
+            DETAIL = pg_catalog.format('The batch given is %s.', args.batch);
+    END IF;
+    {{lease_arg(v_lease, args.lease, lease, false, idem.lease)}}
+    {{caller_scope(args.caller)}}
+    {{setting_int(v_max_attempts, idem.outbox_max_attempts)}}
+    -- The scan's bound; the lease starts when the rows are locked.
+    v_now := pg_catalog.clock_timestamp();
+    WITH own AS MATERIALIZED (
+        SELECT q.id FROM @extschema@.idem_outbox_queue q
+         WHERE q.scope = s_scope AND q.state = 'pending' AND q.available_at <= v_now
+           AND (q.key_hash IS NULL OR NOT EXISTS (
+                SELECT FROM @extschema@.idem_outbox_queue e
+                 WHERE e.key_hash = q.key_hash AND e.state = 'pending' AND e.scope = q.scope AND e.id < q.id))
+         ORDER BY q.available_at, q.id
+         LIMIT args.batch FOR UPDATE SKIP LOCKED),
+    shared AS MATERIALIZED (
+        SELECT q.id FROM @extschema@.idem_outbox_queue q
+         WHERE s_scope <> 0 AND q.scope = 0::pg_catalog.oid AND q.state = 'pending' AND q.available_at <= v_now
+           AND (q.key_hash IS NULL OR NOT EXISTS (
+                SELECT FROM @extschema@.idem_outbox_queue e
+                 WHERE e.key_hash = q.key_hash AND e.state = 'pending' AND e.scope = q.scope AND e.id < q.id))
+         ORDER BY q.available_at, q.id
+         LIMIT GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0) FOR UPDATE SKIP LOCKED),
+    taken AS (
+        UPDATE @extschema@.idem_outbox_queue q
+           SET attempts = CASE WHEN q.attempts >= v_max_attempts THEN q.attempts ELSE q.attempts + 1 END,
+               state = CASE WHEN q.attempts >= v_max_attempts THEN 'dead' ELSE q.state END,
+               dead_at = CASE WHEN q.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() END,
+               last_error = CASE WHEN q.attempts >= v_max_attempts AND q.claim_token IS NOT NULL
+                                 THEN 'lease expired during the last attempt' ELSE q.last_error END,
+               claim_token = CASE WHEN q.attempts >= v_max_attempts THEN NULL ELSE v_token END,
+               available_at = CASE WHEN q.attempts >= v_max_attempts THEN q.available_at
+                                   ELSE pg_catalog.clock_timestamp() + v_lease END
+          FROM (SELECT o.id FROM own o UNION ALL SELECT s.id FROM shared s) b
+         WHERE q.id = b.id
+        RETURNING q.id, q.topic, q.message_key, q.payload, q.payload_bytes, q.headers, q.attempts,
+                  q.created_at, q.claim_token, q.available_at, q.state)
+    SELECT pg_catalog.array_agg(ROW(t.id, t.topic, t.message_key, t.payload, t.payload_bytes, t.headers,
+                                    t.attempts, t.created_at, t.claim_token, t.available_at)
+                                ::@extschema@.idem__outbox_claimed ORDER BY t.id)
+      INTO v_rows
+      FROM taken t WHERE t.state = 'pending';
+    RETURN COALESCE(v_rows, '{}');
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_claim_call AS @extschema@.idem__outbox_claimed[])
+    WITH FUNCTION @extschema@.idem__outbox_claim(@extschema@.idem__outbox_claim_call);
+-- @end
+
+-- @symbol idem_outbox_claim
+LANGUAGE plpgsql VOLATILE ROWS 100 SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN QUERY SELECT c.* FROM pg_catalog.unnest(ROW($1, $2, CURRENT_USER)
+                 ::@extschema@.idem__outbox_claim_call::@extschema@.idem__outbox_claimed[]) AS c;
+END
+$function$
+-- @end
+
+-- @before idem_outbox_ack
+CREATE TYPE @extschema@.idem__outbox_ack_call AS (
+    token pg_catalog.uuid, ids pg_catalog.int8[], caller @extschema@.idem__caller);
+-- Publish the events among ids that the token still holds: out of the
+-- queue and into the archive (or only out, idem.outbox_archive = off).
+CREATE FUNCTION @extschema@.idem__outbox_ack(args @extschema@.idem__outbox_ack_call)
+RETURNS pg_catalog.int4
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    v_archive pg_catalog.bool;
+    v_acked pg_catalog.int4;
+BEGIN
+    {{null_arg(args.token, 1, token, 'idem_outbox_ack')}}
+    {{null_arg(args.ids, 2, ids, 'idem_outbox_ack')}}
+    IF pg_catalog.array_ndims(args.ids) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = 'array_subscript_error', MESSAGE = 'ids must be a one-dimensional array',
+            DETAIL = pg_catalog.format('The array given has %s dimensions.', pg_catalog.array_ndims(args.ids));
+    END IF;
+    IF pg_catalog.array_position(args.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'ids must not contain nulls',
+            DETAIL = 'An element of the array given is null: an event id is never null.';
+    END IF;
+    {{caller_scope(args.caller)}}
+    BEGIN
+        v_archive := COALESCE(NULLIF(pg_catalog.current_setting('idem.outbox_archive', true), ''), 'on')::pg_catalog.bool;
+    EXCEPTION WHEN invalid_text_representation THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = pg_catalog.format('parameter "%s" requires a Boolean value', 'idem.outbox_archive');
+    END;
+    WITH published AS (
+        DELETE FROM @extschema@.idem_outbox_queue q
+         WHERE q.id = ANY (args.ids) AND q.claim_token = args.token AND q.state <> 'dead'
+           AND q.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid])
+        RETURNING q.*),
+    archived AS (
+        INSERT INTO @extschema@.idem_outbox_archive
+               (id, topic, message_key, key_hash, payload, payload_bytes, headers, attempts, last_error,
+                available_at, claim_token, created_at, published_at, scope)
+        SELECT p.id, p.topic, p.message_key, p.key_hash, p.payload, p.payload_bytes, p.headers, p.attempts,
+               p.last_error, p.available_at, p.claim_token, p.created_at, pg_catalog.clock_timestamp(), p.scope
+          FROM published p WHERE v_archive
+         ORDER BY p.id)
+    SELECT pg_catalog.count(*) INTO v_acked FROM published;
+    RETURN v_acked;
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_ack_call AS pg_catalog.int4)
+    WITH FUNCTION @extschema@.idem__outbox_ack(@extschema@.idem__outbox_ack_call);
+-- @end
+
+-- @symbol idem_outbox_ack
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN ROW($1, $2, CURRENT_USER)::@extschema@.idem__outbox_ack_call::pg_catalog.int4;
+END
+$function$
+-- @end
+
+-- The outbox's backoff schedule (idem.outbox_backoff: durations, the last
+-- repeating), as an interval[]; target is an interval[] variable.
+-- @snippet outbox_backoff(target)
+DECLARE
+    b_raw CONSTANT pg_catalog.text := COALESCE(NULLIF(pg_catalog.current_setting('idem.outbox_backoff', true), ''),
+                                               '5s, 30s, 2min, 5min, 15min, 30min');
+    b_item pg_catalog.text;
+    b_m pg_catalog.text[];
+BEGIN
+    %target% := '{}';
+    FOREACH b_item IN ARRAY pg_catalog.string_to_array(b_raw, ',') LOOP
+        b_m := pg_catalog.regexp_match(b_item, '^\s*(\d+(\.\d+)?)\s*(us|ms|s|min|h|d)?\s*$');
+        IF b_m IS NULL OR pg_catalog.cardinality(%target%) = 32 THEN
+            RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+                MESSAGE = pg_catalog.format('invalid value for parameter "%s": "%s"', 'idem.outbox_backoff', b_raw),
+                DETAIL = CASE WHEN b_m IS NULL THEN pg_catalog.format('"%s" is not a duration such as 5s, 2min or 1h.', pg_catalog.btrim(b_item))
+                              ELSE 'At most 32 steps are allowed.' END;
+        END IF;
+        %target% := %target% || (b_m[1] || ' ' || CASE COALESCE(b_m[3], 'ms') WHEN 'us' THEN 'microseconds'
+                                 WHEN 'ms' THEN 'milliseconds' WHEN 's' THEN 'seconds' WHEN 'min' THEN 'minutes'
+                                 WHEN 'h' THEN 'hours' ELSE 'days' END)::pg_catalog.interval;
+    END LOOP;
+END;
+-- @end
+
+-- @before idem_outbox_nack
+CREATE TYPE @extschema@.idem__outbox_nack_call AS (
+    token pg_catalog.uuid, id pg_catalog.int8, error pg_catalog.text, caller @extschema@.idem__caller);
+-- A failed publish: retry after the backoff, dead after the last
+-- attempt, or stale when the token no longer holds the event.
+CREATE FUNCTION @extschema@.idem__outbox_nack(args @extschema@.idem__outbox_nack_call)
+RETURNS @extschema@.idem_outbox_nack_result
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    v_max_attempts pg_catalog.int8;
+    v_schedule pg_catalog.interval[];
+    v_out @extschema@.idem_outbox_nack_result;
+    v_state pg_catalog.text;
+BEGIN
+    {{null_arg(args.token, 1, token, 'idem_outbox_nack')}}
+    {{null_arg(args.id, 2, id, 'idem_outbox_nack')}}
+    {{null_arg(args.error, 3, error, 'idem_outbox_nack')}}
+    {{caller_scope(args.caller)}}
+    {{setting_int(v_max_attempts, idem.outbox_max_attempts)}}
+    {{outbox_backoff(v_schedule)}}
+    UPDATE @extschema@.idem_outbox_queue q
+       SET last_error = args.error, claim_token = NULL,
+           state = CASE WHEN q.attempts >= v_max_attempts THEN 'dead' ELSE q.state END,
+           dead_at = CASE WHEN q.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() ELSE q.dead_at END,
+           available_at = CASE WHEN q.attempts >= v_max_attempts THEN q.available_at
+                               ELSE pg_catalog.clock_timestamp()
+                                    + v_schedule[LEAST(GREATEST(q.attempts, 1), pg_catalog.cardinality(v_schedule))] END
+     WHERE q.id = args.id AND q.claim_token = args.token AND q.state <> 'dead'
+       AND q.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid])
+    RETURNING q.attempts, q.state INTO v_out.attempts, v_state;
+    IF NOT FOUND THEN
+        v_out.outcome := 'stale';
+    ELSIF v_state = 'dead' THEN
+        v_out.outcome := 'dead';
+    ELSE
+        v_out.outcome := 'retry';
+        v_out.retry_after := v_schedule[LEAST(GREATEST(v_out.attempts, 1), pg_catalog.cardinality(v_schedule))];
+    END IF;
+    RETURN v_out;
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_nack_call AS @extschema@.idem_outbox_nack_result)
+    WITH FUNCTION @extschema@.idem__outbox_nack(@extschema@.idem__outbox_nack_call);
+-- @end
+
+-- @symbol idem_outbox_nack
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN ROW($1, $2, $3, CURRENT_USER)::@extschema@.idem__outbox_nack_call::@extschema@.idem_outbox_nack_result;
+END
+$function$
+-- @end
+
+-- The archive's prune (outbox_prune.c), admin only, as the tables' owner.
+-- @symbol idem_outbox_prune
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    v_older_than ALIAS FOR $1;
+    v_batch ALIAS FOR $2;
+    v_deleted pg_catalog.int8;
+    v_more pg_catalog.int8 := 0;
+BEGIN
+    {{null_arg(v_older_than, 1, older_than, 'idem_outbox_prune')}}
+    IF v_older_than < '0'::pg_catalog.interval THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'older_than must not be negative',
+            DETAIL = pg_catalog.format('The older_than given is %s.', v_older_than);
+    END IF;
+    {{null_arg(v_batch, 2, batch, 'idem_outbox_prune')}}
+    IF v_batch < 1 OR v_batch > 1000000 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'batch must be between 1 and 1000000',
+            DETAIL = pg_catalog.format('The batch given is %s.', v_batch);
+    END IF;
+    WITH picked AS MATERIALIZED (
+        SELECT a.id FROM @extschema@.idem_outbox_archive a
+         WHERE a.published_at < pg_catalog.clock_timestamp() - v_older_than
+         LIMIT v_batch FOR UPDATE SKIP LOCKED)
+    DELETE FROM @extschema@.idem_outbox_archive a
+     WHERE a.id = ANY (ARRAY(SELECT b.id FROM picked b))
+       AND a.published_at < pg_catalog.clock_timestamp() - v_older_than;
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    IF v_deleted < v_batch THEN
+        WITH picked AS MATERIALIZED (
+            SELECT q.id FROM @extschema@.idem_outbox_queue q
+             WHERE q.state IN ('published', 'dead')
+               AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than
+             LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
+        DELETE FROM @extschema@.idem_outbox_queue q
+         WHERE q.id = ANY (ARRAY(SELECT b.id FROM picked b))
+           AND q.state IN ('published', 'dead')
+           AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than;
+        GET DIAGNOSTICS v_more = ROW_COUNT;
+    END IF;
+    RETURN v_deleted + v_more;
+END
+$function$
+-- @end
+
+-- @before idem_outbox_wait
+CREATE TYPE @extschema@.idem__outbox_wait_call AS (timeout pg_catalog.interval, caller @extschema@.idem__caller);
+-- True as soon as an event of the caller's scope is claimable, false once
+-- timeout has passed: a probe with a snapshot of its own, then a sleep of
+-- 1 ms doubling to 50 ms (or until the next event of the scope is due).
+CREATE FUNCTION @extschema@.idem__outbox_wait(args @extschema@.idem__outbox_wait_call)
+RETURNS pg_catalog.bool
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    a_max_ms pg_catalog.int8;
+    a_us pg_catalog.numeric;
+    a_text pg_catalog.text;
+    v_timeout pg_catalog.interval;
+    v_deadline pg_catalog.timestamptz;
+    v_now pg_catalog.timestamptz;
+    v_found pg_catalog.bool;
+    v_next pg_catalog.timestamptz;
+    v_poll_ms pg_catalog.int4 := 1;
+BEGIN
+    {{null_arg(args.timeout, 1, timeout, 'idem_outbox_wait')}}
+    {{lease_arg(v_timeout, args.timeout, timeout, true, idem.lease)}}
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION USING ERRCODE = 'active_sql_transaction',
+            MESSAGE = 'idem_outbox_wait must run in a READ COMMITTED transaction',
+            DETAIL = 'Under REPEATABLE READ or SERIALIZABLE the wait could never see new events.',
+            HINT = 'Call it outside an explicit transaction block.';
+    END IF;
+    {{caller_scope(args.caller)}}
+    v_deadline := pg_catalog.clock_timestamp() + v_timeout;
+    LOOP
+        v_now := pg_catalog.clock_timestamp();
+        SELECT EXISTS (SELECT FROM @extschema@.idem_outbox_queue o
+                        WHERE o.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid]) AND o.state = 'pending'
+                          AND o.available_at <= v_now
+                          AND (o.key_hash IS NULL OR NOT EXISTS (
+                               SELECT FROM @extschema@.idem_outbox_queue e
+                                WHERE e.key_hash = o.key_hash AND e.state = 'pending'
+                                  AND e.scope = o.scope AND e.id < o.id))),
+               LEAST((SELECT pg_catalog.min(q.available_at) FROM @extschema@.idem_outbox_queue q
+                       WHERE q.scope = s_scope AND q.state = 'pending' AND q.available_at > v_now),
+                     (SELECT pg_catalog.min(q.available_at) FROM @extschema@.idem_outbox_queue q
+                       WHERE q.scope = 0::pg_catalog.oid AND q.state = 'pending' AND q.available_at > v_now))
+          INTO v_found, v_next;
+        IF v_found OR pg_catalog.clock_timestamp() >= v_deadline THEN
+            RETURN v_found;
+        END IF;
+        PERFORM pg_catalog.pg_sleep(LEAST(v_poll_ms / 1000.0,
+            GREATEST(EXTRACT(epoch FROM LEAST(v_deadline, COALESCE(v_next, v_deadline)) - pg_catalog.clock_timestamp()), 0)));
+        v_poll_ms := LEAST(v_poll_ms * 2, 50);
+    END LOOP;
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_wait_call AS pg_catalog.bool)
+    WITH FUNCTION @extschema@.idem__outbox_wait(@extschema@.idem__outbox_wait_call);
+-- @end
+
+-- @symbol idem_outbox_wait
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN ROW($1, CURRENT_USER)::@extschema@.idem__outbox_wait_call::pg_catalog.bool;
+END
+$function$
+-- @end
+
+-- @before idem_outbox_backlog
+CREATE TYPE @extschema@.idem__outbox_backlog_call AS (caller @extschema@.idem__caller);
+CREATE TYPE @extschema@.idem__outbox_backlog_row AS (
+    topic pg_catalog.text, state pg_catalog.text, events pg_catalog.int8,
+    oldest_created_at pg_catalog.timestamptz, next_available_at pg_catalog.timestamptz);
+-- The caller's unpublished events by topic and state; no payload, no key.
+CREATE FUNCTION @extschema@.idem__outbox_backlog(args @extschema@.idem__outbox_backlog_call)
+RETURNS @extschema@.idem__outbox_backlog_row[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $function$
+DECLARE
+    s_scope pg_catalog.oid;
+    v_rows @extschema@.idem__outbox_backlog_row[];
+BEGIN
+    {{caller_scope(args.caller)}}
+    SELECT pg_catalog.array_agg(ROW(b.topic, b.state, b.events, b.oldest, b.next)
+                                ::@extschema@.idem__outbox_backlog_row ORDER BY b.topic, b.state)
+      INTO v_rows
+      FROM (SELECT o.topic, s.state, pg_catalog.count(*) AS events, pg_catalog.min(o.created_at) AS oldest,
+                   pg_catalog.min(o.available_at) AS next
+              FROM @extschema@.idem_outbox_queue o,
+                   LATERAL (SELECT CASE WHEN o.state = 'dead' THEN 'dead'
+                                        WHEN o.available_at <= pg_catalog.clock_timestamp() THEN 'ready'
+                                        WHEN o.claim_token IS NOT NULL THEN 'leased'
+                                        ELSE 'delayed' END AS state) s
+             WHERE o.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid]) AND o.state IN ('pending', 'dead')
+             GROUP BY o.topic, s.state) b;
+    RETURN COALESCE(v_rows, '{}');
+END
+$function$;
+CREATE CAST (@extschema@.idem__outbox_backlog_call AS @extschema@.idem__outbox_backlog_row[])
+    WITH FUNCTION @extschema@.idem__outbox_backlog(@extschema@.idem__outbox_backlog_call);
+-- @end
+
+-- @symbol idem_outbox_backlog
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    RETURN QUERY SELECT b.* FROM pg_catalog.unnest(ROW(CURRENT_USER)
+                 ::@extschema@.idem__outbox_backlog_call::@extschema@.idem__outbox_backlog_row[]) AS b;
+END
+$function$
+-- @end
+
+-- Hand edits through the idem_outbox view land where the row is (the
+-- queue, or the archive, which has no state or dead_at).  The extension
+-- never writes through the view; its callers need the tables' privileges.
+-- @symbol idem_outbox_view_write
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
+AS $function$
+BEGIN
+    IF TG_WHEN <> 'INSTEAD OF' OR TG_LEVEL <> 'ROW' OR TG_OP = 'INSERT' THEN
+        RAISE EXCEPTION USING ERRCODE = 'trigger_protocol_violated',
+            MESSAGE = 'idem_outbox_view_write must fire INSTEAD OF UPDATE OR DELETE FOR EACH ROW',
+            DETAIL = 'It is the idem_outbox view''s trigger.';
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM @extschema@.idem_outbox_queue q WHERE q.id = OLD.id;
+        IF NOT FOUND THEN
+            DELETE FROM @extschema@.idem_outbox_archive a WHERE a.id = OLD.id;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+        RETURN OLD;
+    END IF;
+    UPDATE @extschema@.idem_outbox_queue q
+       SET id = NEW.id, topic = NEW.topic, message_key = NEW.message_key, key_hash = NEW.key_hash,
+           payload = NEW.payload, payload_bytes = NEW.payload_bytes, headers = NEW.headers, state = NEW.state,
+           attempts = NEW.attempts, last_error = NEW.last_error, available_at = NEW.available_at,
+           claim_token = NEW.claim_token, created_at = NEW.created_at, published_at = NEW.published_at,
+           dead_at = NEW.dead_at, scope = NEW.scope
+     WHERE q.id = OLD.id;
+    IF NOT FOUND THEN
+        UPDATE @extschema@.idem_outbox_archive a
+           SET id = NEW.id, topic = NEW.topic, message_key = NEW.message_key, key_hash = NEW.key_hash,
+               payload = NEW.payload, payload_bytes = NEW.payload_bytes, headers = NEW.headers,
+               attempts = NEW.attempts, last_error = NEW.last_error, available_at = NEW.available_at,
+               claim_token = NEW.claim_token, created_at = NEW.created_at, published_at = NEW.published_at,
+               scope = NEW.scope
+         WHERE a.id = OLD.id;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$function$
+-- @end
