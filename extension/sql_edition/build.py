@@ -214,13 +214,24 @@ def split_args(s):
     return out
 
 
+def arity_symbol(sym, create, symbols):
+    """sym/N where the definitions have one for a function of N arguments
+    (idem_claim/5: the form with lock_wait reads an argument the shorter
+    form lacks), else sym."""
+    m = re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+[\w.]+\s*\((.*?)\)\s*RETURNS", create, re.S)
+    if not m:
+        return sym
+    n = len([a for a in split_args(m.group(1)) if a.strip()])
+    return "%s/%d" % (sym, n) if "%s/%d" % (sym, n) in symbols else sym
+
+
 def substitute(body, rel, symbols, befores, snippets, values, used):
     """A C piece with each C clause replaced by its symbol's definition, and
     the symbol's @before statements put before the statement that holds it
     (the CREATE at the start of the last line that begins with one)."""
     out, pos = [], 0
     for m in C_CLAUSE.finditer(body):
-        sym = m.group(1)
+        sym = arity_symbol(m.group(1), body[body.rfind("\nCREATE ", 0, m.start()) + 1:m.start()], symbols)
         if sym not in symbols and os.environ.get("IDEM_SQL_PARTIAL"):   # while porting
             symbols[sym] = "LANGUAGE plpgsql AS $stub$BEGIN RAISE 'not yet'; END$stub$"
         if sym not in symbols:
