@@ -7,7 +7,7 @@
  * (principal, method, target, key): each field is preceded by its length,
  * so no two distinct tuples can produce the same byte string by moving a
  * delimiter.  Only the digest is stored, never the caller's raw strings.
- * The clients compute the same bytes (client/cpp/src/key.cpp,
+ * The clients compute the same bytes (client/cpp/src/keys/key.cpp,
  * client/python/pg_idem/key.py, client/node/lib/key.js), checked against
  * the shared vectors of client/conformance/protocol.json.
  *

@@ -30,6 +30,19 @@ const IdemAttemptTransition idem_attempt_transitions[IDEM_ATTEMPT_NTRANSITIONS] 
 	{"failed", "digest_mismatch", "pending", NULL, true},	/* idem_attempt_reopen (or an open of the same request) */
 };
 
+const char *const idem_key_state_names[IDEM_KEY_NSTATES] = {
+	[IDEM_KEY_PENDING] = IDEM_KEY_PENDING_NAME,
+	[IDEM_KEY_COMPLETED] = IDEM_KEY_COMPLETED_NAME,
+	[IDEM_KEY_FAILED] = IDEM_KEY_FAILED_NAME,
+	[IDEM_KEY_EXPIRED] = IDEM_KEY_EXPIRED_NAME,
+};
+
+const char *const idem_outbox_state_names[IDEM_OUTBOX_NSTATES] = {
+	[IDEM_OUTBOX_PENDING] = IDEM_OUTBOX_PENDING_NAME,
+	[IDEM_OUTBOX_DEAD] = IDEM_OUTBOX_DEAD_NAME,
+	[IDEM_OUTBOX_PUBLISHED] = IDEM_OUTBOX_PUBLISHED_NAME,
+};
+
 const char *const idem_inbox_answers[IDEM_INBOX_NANSWERS] = {
 	[IDEM_INBOX_ANSWER_PROCESS] = "process",
 	[IDEM_INBOX_ANSWER_DUPLICATE] = "duplicate",

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * protocol.h
- *	  Claim outcomes, the attempts' state machine, the inbox's answers and
- *	  the outbox's nack outcomes (protocol.c).
+ *	  Claim outcomes, the attempts' state machine, the rows' states, the
+ *	  inbox's answers and the outbox's nack outcomes (protocol.c).
  *
  * Generated from extension/protocol/protocol.toml by extension/protocol/generate.py: do not edit.
  *
@@ -86,6 +86,61 @@ extern PGDLLIMPORT const IdemAttemptTransition idem_attempt_transitions[IDEM_ATT
 
 /* The legal moves in words, for IL005's hint. */
 #define IDEM_ATTEMPT_TRANSITIONS_TEXT "pending -> stored, stored -> promoted, promoted -> superseded, pending -> failed(reaped_no_blob), pending -> failed(digest_mismatch), pending -> failed(target_gone), stored -> failed(target_gone), failed(reaped_no_blob) -> pending, failed(digest_mismatch) -> pending"
+
+/*
+ * The states of pg_idem's rows ([[row_states]]): the install script's
+ * CHECK constraints and partial indexes name the same (checked by
+ * generate.py and sql/protocol_states.sql).
+ */
+
+/* A name below as an SQL literal, for the statements built from it. */
+#define IDEM_SQL(name) "'" name "'"
+
+/* idem_keys.state */
+typedef enum IdemKeyState
+{
+	IDEM_KEY_PENDING,		/* claimed; the owner runs its handler under a lease */
+	IDEM_KEY_COMPLETED,		/* finished; the response is kept (replayable or not) */
+	IDEM_KEY_FAILED,		/* the handler failed and the key cools down (or, with no hash and no owner, released: a tombstone) */
+	IDEM_KEY_EXPIRED,		/* past idem.ttl: the response is dropped, the fingerprint kept until idem.tombstone_ttl */
+	IDEM_KEY_NSTATES
+} IdemKeyState;
+
+#define IDEM_KEY_PENDING_NAME "pending"
+#define IDEM_KEY_COMPLETED_NAME "completed"
+#define IDEM_KEY_FAILED_NAME "failed"
+#define IDEM_KEY_EXPIRED_NAME "expired"
+extern PGDLLIMPORT const char *const idem_key_state_names[IDEM_KEY_NSTATES];
+
+/* idem_outbox_queue.state */
+typedef enum IdemOutboxState
+{
+	IDEM_OUTBOX_PENDING,		/* waiting to be published: claimable when available_at has passed (staged, backing off, or leased until then) */
+	IDEM_OUTBOX_DEAD,		/* out of attempts: no drainer claims it again until it is retried by hand */
+	IDEM_OUTBOX_PUBLISHED,		/* acknowledged: moved to idem_outbox_archive, which has no state column (the idem_outbox view shows this) */
+	IDEM_OUTBOX_NSTATES
+} IdemOutboxState;
+
+#define IDEM_OUTBOX_PENDING_NAME "pending"
+#define IDEM_OUTBOX_DEAD_NAME "dead"
+#define IDEM_OUTBOX_PUBLISHED_NAME "published"
+extern PGDLLIMPORT const char *const idem_outbox_state_names[IDEM_OUTBOX_NSTATES];
+
+/* idem_outbox_backlog's states. */
+#define IDEM_OUTBOX_BACKLOG_READY "ready"
+#define IDEM_OUTBOX_BACKLOG_LEASED "leased"
+#define IDEM_OUTBOX_BACKLOG_DELAYED "delayed"
+#define IDEM_OUTBOX_BACKLOG_DEAD "dead"
+
+/* idem_attempts.status and .failure_reason. */
+#define IDEM_ATTEMPT_PENDING "pending"
+#define IDEM_ATTEMPT_STORED "stored"
+#define IDEM_ATTEMPT_PROMOTED "promoted"
+#define IDEM_ATTEMPT_SUPERSEDED "superseded"
+#define IDEM_ATTEMPT_FAILED "failed"
+#define IDEM_ATTEMPT_REASON_REAPED_NO_BLOB "reaped_no_blob"
+#define IDEM_ATTEMPT_REASON_DIGEST_MISMATCH "digest_mismatch"
+#define IDEM_ATTEMPT_REASON_TARGET_GONE "target_gone"
 
 /* What idem_inbox_begin and idem_inbox_fail answer (their names: idem_inbox_answers). */
 typedef enum IdemInboxAnswer

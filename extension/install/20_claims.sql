@@ -24,6 +24,20 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval) IS
     'claim a key for one execution, or learn what a follower should do (waiting up to max_wait for the winner)';
 
+-- The same with lock_wait, the longest each wait on another transaction's
+-- lock on the key may last, for this call only (keys/lock_wait.c).  A
+-- signature of its own, every argument given (NULL for a default): with a
+-- default for lock_wait it would be ambiguous beside the four-argument
+-- form, which stays because the clients released before 0.6.0 look for
+-- it to learn that the server can wait (max_wait).
+CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea, lease interval,
+                           max_wait interval, lock_wait interval)
+RETURNS idem_claim_result
+AS 'MODULE_PATHNAME', 'idem_claim'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_claim(bytea, bytea, interval, interval, interval) IS
+    'idem_claim, each wait on another transaction''s lock on the key at most lock_wait (NULL: lock_timeout)';
+
 CREATE FUNCTION idem_lookup(cache_key bytea, request_hash bytea)
 RETURNS idem_claim_result
 AS 'MODULE_PATHNAME', 'idem_lookup'
@@ -38,6 +52,15 @@ AS 'MODULE_PATHNAME', 'idem_renew'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_renew(bytea, uuid, interval) IS
     'extend an owned lease; NULL when the claim is no longer owned';
+
+-- With lock_wait, as idem_claim: a lease keeper must not outwait its own
+-- lease behind a take-over in flight.
+CREATE FUNCTION idem_renew(cache_key bytea, claim_id uuid, lease interval, lock_wait interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'idem_renew'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_renew(bytea, uuid, interval, interval) IS
+    'idem_renew, a wait on another transaction''s lock on the key at most lock_wait (NULL: lock_timeout)';
 
 CREATE FUNCTION idem_finalize(cache_key bytea, claim_id uuid, status integer,
                               headers jsonb, body bytea,

@@ -10,6 +10,16 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_begin(bytea, bytea, interval, interval) IS
     'claim a key inside the caller''s transaction; it must be finished before COMMIT';
 
+-- With lock_wait (see idem_claim's): for this call only, so the handler
+-- after it runs with the transaction's own lock_timeout.
+CREATE FUNCTION idem_begin(cache_key bytea, request_hash bytea, lease interval,
+                           max_wait interval, lock_wait interval)
+RETURNS idem_claim_result
+AS 'MODULE_PATHNAME', 'idem_begin'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_begin(bytea, bytea, interval, interval, interval) IS
+    'idem_begin, each wait on another transaction''s lock on the key at most lock_wait (NULL: lock_timeout)';
+
 CREATE FUNCTION idem_keys_claim_finished()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'idem_keys_claim_finished'

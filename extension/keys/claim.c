@@ -49,6 +49,7 @@
 #include "core/stats.h"
 #include "core/wakeup.h"
 #include "keys/key_table.h"
+#include "keys/lock_wait.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -202,7 +203,7 @@ own_row(KeyTable *table, KeyRow *row, ClaimRequest *req)
 	/* Drawn at the first write: a follower's answer needs no token. */
 	if (req->claim_id == NULL)
 		req->claim_id = new_claim_id();
-	row->state = KEY_PENDING;
+	row->state = IDEM_KEY_PENDING;
 	row->request_hash = req->request_hash;
 	row->claim_id = req->claim_id;
 	row->generation = next_generation(table, row);
@@ -267,7 +268,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 
 	ttl_passed = GetCurrentTimestamp() - row->created_at > (int64) idem_ttl_s * USECS_PER_SEC;
 
-	if (row->state == KEY_COMPLETED)
+	if (row->state == IDEM_KEY_COMPLETED)
 	{
 		if (ttl_passed)
 			return after_ttl(answer);
@@ -277,7 +278,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 			answer->outcome = row->replayable ? IDEM_OUTCOME_REPLAY : IDEM_OUTCOME_NOT_REPLAYABLE;
 		return VERDICT_ANSWER;
 	}
-	if (row->state == KEY_EXPIRED)
+	if (row->state == IDEM_KEY_EXPIRED)
 		return after_ttl(answer);
 
 	/* pending or failed: a lease or a cooldown, live or over */
@@ -290,7 +291,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 		}
 		answer->has_lease = true;
 		answer->lease_expires_at = row->lease_expires_at;
-		if (row->state == KEY_PENDING)
+		if (row->state == IDEM_KEY_PENDING)
 		{
 			answer->outcome = IDEM_OUTCOME_IN_PROGRESS;
 			answer->retry_after_us = Min(left, IN_PROGRESS_HINT_US);
@@ -314,7 +315,7 @@ decide(ClaimAnswer *answer, bytea *request_hash)
 		answer->outcome = IDEM_OUTCOME_RECOVERED_ABANDONED;
 		return VERDICT_STEAL;
 	}
-	if (row->state == KEY_FAILED && ttl_passed)
+	if (row->state == IDEM_KEY_FAILED && ttl_passed)
 		return after_ttl(answer);
 	answer->outcome = IDEM_OUTCOME_MISMATCH;
 	return VERDICT_ANSWER;
@@ -538,7 +539,11 @@ wait_deadline(FunctionCallInfo fcinfo, int argno)
 	return GetCurrentTimestamp() + usecs;
 }
 
-/* Shared body of idem_claim and idem_begin. */
+/*
+ * Shared body of idem_claim and idem_begin.  lock_wait (lock_wait.c)
+ * bounds the claim's waits on another transaction's lock on the key; the
+ * caller's lock_timeout is back once the claim is decided.
+ */
 static Datum
 claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 {
@@ -546,6 +551,7 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	ClaimRequest req;
 	TimestampTz deadline;
 	ClaimAnswer answer;
+	int			lock_wait;
 
 	req.cache_key = idem_digest_arg(fcinfo, 0, "cache_key");
 	req.request_hash = idem_digest_arg(fcinfo, 1, "request_hash");
@@ -555,15 +561,19 @@ claim_common(FunctionCallInfo fcinfo, bool in_transaction)
 	req.scope = idem_current_scope();
 	req.claim_id = NULL;
 
+	lock_wait = idem_lock_wait_apply(fcinfo, 4);
 	claim_key(namespace, &req, deadline, &answer);
+	idem_lock_wait_restore(lock_wait);
 	idem_count_outcome(answer.outcome);
 	return claim_result(fcinfo, &answer);
 }
 
 /*
- * idem_claim(cache_key, request_hash, lease, max_wait): claim a key in a
- * transaction of its own (lease mode); the caller commits before running
- * its handler.  A follower may wait up to max_wait for the winner.
+ * idem_claim(cache_key, request_hash, lease, max_wait, lock_wait): claim a
+ * key in a transaction of its own (lease mode); the caller commits before
+ * running its handler.  A follower may wait up to max_wait for the winner;
+ * each wait on another transaction's lock on the key lasts at most
+ * lock_wait.
  */
 Datum
 idem_claim(PG_FUNCTION_ARGS)
@@ -572,11 +582,11 @@ idem_claim(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_begin(cache_key, request_hash, lease, max_wait): claim a key inside
- * the caller's transaction (in-transaction mode).  Duplicates wait on the
- * uncommitted row; the deferred trigger idem_keys_claim_finished refuses
- * to commit the transaction until the claim is finalized, released or
- * failed.
+ * idem_begin(cache_key, request_hash, lease, max_wait, lock_wait): claim a
+ * key inside the caller's transaction (in-transaction mode).  Duplicates
+ * wait on the uncommitted row (at most lock_wait); the deferred trigger
+ * idem_keys_claim_finished refuses to commit the transaction until the
+ * claim is finalized, released or failed.
  */
 Datum
 idem_begin(PG_FUNCTION_ARGS)

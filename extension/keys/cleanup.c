@@ -26,6 +26,7 @@
 #include "postgres.h"
 
 #include "core/arguments.h"
+#include "core/protocol.h"
 #include "core/settings.h"
 #include "core/scope.h"
 #include "core/statements.h"
@@ -38,9 +39,10 @@ PG_FUNCTION_INFO_V1(idem_cleanup);
 #define CLEANUP_MAX_BATCH 1000000
 
 #define DELETABLE(k) \
-	k "state IN ('completed', 'failed', 'expired')" \
+	k "state IN (" IDEM_SQL(IDEM_KEY_COMPLETED_NAME) ", " IDEM_SQL(IDEM_KEY_FAILED_NAME) ", " \
+	IDEM_SQL(IDEM_KEY_EXPIRED_NAME) ")" \
 	" AND " k "created_at < clock_timestamp() - $2" \
-	" AND (" k "state <> 'failed' OR " k "lease_expires_at < clock_timestamp())"
+	" AND (" k "state <> " IDEM_SQL(IDEM_KEY_FAILED_NAME) " OR " k "lease_expires_at < clock_timestamp())"
 
 static IdemStatement delete_finished = {
 	"WITH batch AS MATERIALIZED ("
@@ -54,7 +56,7 @@ static IdemStatement delete_finished = {
 };
 
 #define EXPIRABLE(k) \
-	k "state = 'completed' AND " k "created_at < clock_timestamp() - $2"
+	k "state = " IDEM_SQL(IDEM_KEY_COMPLETED_NAME) " AND " k "created_at < clock_timestamp() - $2"
 
 static IdemStatement expire_responses = {
 	"WITH batch AS MATERIALIZED ("
@@ -62,7 +64,7 @@ static IdemStatement expire_responses = {
 	"   WHERE " EXPIRABLE("")
 	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	" UPDATE @extschema@.idem_keys k"
-	"    SET state = 'expired', response_headers = NULL, response_body = NULL"
+	"    SET state = " IDEM_SQL(IDEM_KEY_EXPIRED_NAME) ", response_headers = NULL, response_body = NULL"
 	"   FROM batch"
 	"  WHERE k.cache_key = batch.cache_key AND k.scope = batch.scope"
 	"    AND " EXPIRABLE("k."),

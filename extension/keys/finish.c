@@ -29,6 +29,7 @@
 #include "core/stats.h"
 #include "core/wakeup.h"
 #include "keys/key_table.h"
+#include "keys/lock_wait.h"
 
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -109,16 +110,25 @@ renew_change(KeyRow *row, const void *arg)
 	row->lease_expires_at = idem_time_plus(GetCurrentTimestamp(), (Interval *) arg);
 }
 
-/* idem_renew(cache_key, claim_id, lease): new expiry, NULL if not owned. */
+/*
+ * idem_renew(cache_key, claim_id, lease, lock_wait): new expiry, NULL if
+ * not owned.  lock_wait bounds a wait on a concurrent take-over's lock on
+ * the key (lock_wait.c): a lease keeper must not outwait its own lease.
+ */
 Datum
 idem_renew(PG_FUNCTION_ARGS)
 {
 	Interval   *lease;
 	KeyRow		row;
+	int			lock_wait;
+	bool		owned;
 
 	check_fence_args(fcinfo);
 	lease = idem_lease_argument(fcinfo, 2, "lease", false, idem_lease_ms);
-	if (!fenced_write(fcinfo, renew_change, lease, &row))
+	lock_wait = idem_lock_wait_apply(fcinfo, 3);
+	owned = fenced_write(fcinfo, renew_change, lease, &row);
+	idem_lock_wait_restore(lock_wait);
+	if (!owned)
 	{
 		idem_count(IDEM_STAT_RENEW_LOST, 1);
 		PG_RETURN_NULL();
@@ -180,7 +190,7 @@ finalize_change(KeyRow *row, const void *arg)
 {
 	const Response *response = arg;
 
-	row->state = KEY_COMPLETED;
+	row->state = IDEM_KEY_COMPLETED;
 	row->has_status = true;
 	row->response_status = response->status;
 	row->headers_null = response->headers == (Datum) 0;
@@ -289,7 +299,7 @@ fail_change(KeyRow *row, const void *arg)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	row->state = KEY_FAILED;
+	row->state = IDEM_KEY_FAILED;
 	row->lease_expires_at = idem_time_plus(now, (Interval *) arg);
 	row->has_finished = true;
 	row->finished_at = now;

@@ -65,13 +65,6 @@ static const DirectColumn key_columns[NCOLUMNS] = {
 	[COL_IN_TRANSACTION] = {"in_transaction", BOOLOID},
 };
 
-static const char *const key_state_names[] = {
-	[KEY_PENDING] = "pending",
-	[KEY_COMPLETED] = "completed",
-	[KEY_FAILED] = "failed",
-	[KEY_EXPIRED] = "expired",
-};
-
 /* The per-backend access to idem_keys (direct_table.c keeps its pieces). */
 static DirectTableDef keys = DIRECT_TABLE("idem_keys", key_columns, NCOLUMNS);
 
@@ -109,17 +102,18 @@ key_table_close(KeyTable *table)
 	direct_close(table);
 }
 
-static KeyState
+/* A state column's value as the protocol's IdemKeyState. */
+static IdemKeyState
 parse_state(text *state)
 {
 	int			s;
 
-	for (s = 0; s < (int) lengthof(key_state_names); s++)
-		if (VARSIZE_ANY_EXHDR(state) == strlen(key_state_names[s]) &&
-			memcmp(VARDATA_ANY(state), key_state_names[s], VARSIZE_ANY_EXHDR(state)) == 0)
-			return (KeyState) s;
+	for (s = 0; s < IDEM_KEY_NSTATES; s++)
+		if (VARSIZE_ANY_EXHDR(state) == strlen(idem_key_state_names[s]) &&
+			memcmp(VARDATA_ANY(state), idem_key_state_names[s], VARSIZE_ANY_EXHDR(state)) == 0)
+			return (IdemKeyState) s;
 	elog(ERROR, "pg_idem: idem_keys row has unknown state \"%s\"", text_to_cstring(state));
-	return KEY_PENDING;			/* keep the compiler quiet */
+	return IDEM_KEY_PENDING;			/* keep the compiler quiet */
 }
 
 /* A row read, as the protocol sees it (pointing into tuple). */
@@ -179,7 +173,7 @@ row_matches(KeyRow *row, KeyMatch match, const void *arg, bool *fallback)
 			{
 				const KeyOwner *owner = (const KeyOwner *) arg;
 
-				return row->state == KEY_PENDING && row->claim_id != NULL &&
+				return row->state == IDEM_KEY_PENDING && row->claim_id != NULL &&
 					(row->scope == owner->scope || row->scope == IDEM_SHARED_SCOPE) &&
 					memcmp(row->claim_id->data, owner->claim_id->data, UUID_LEN) == 0;
 			}
@@ -254,7 +248,7 @@ set_row(KeyTable *table, KeyRow *row)
 	(void) direct_new_row(table, row->tuple);
 	direct_set(table, COL_CACHE_KEY, PointerGetDatum(row->cache_key), false);
 	direct_set(table, COL_SCOPE, ObjectIdGetDatum(row->scope), false);
-	direct_set(table, COL_STATE, CStringGetTextDatum(key_state_names[row->state]), false);
+	direct_set(table, COL_STATE, CStringGetTextDatum(idem_key_state_names[row->state]), false);
 	direct_set(table, COL_REQUEST_HASH, PointerGetDatum(row->request_hash), row->request_hash == NULL);
 	direct_set(table, COL_CLAIM_ID, UUIDPGetDatum(row->claim_id), row->claim_id == NULL);
 	direct_set(table, COL_GENERATION, Int64GetDatum(row->generation), false);
@@ -313,7 +307,7 @@ key_table_next_generation(KeyTable *table)
 bool
 key_row_is_tombstone(const KeyRow *row)
 {
-	return row->state == KEY_FAILED && row->request_hash == NULL && row->claim_id == NULL;
+	return row->state == IDEM_KEY_FAILED && row->request_hash == NULL && row->claim_id == NULL;
 }
 
 /*
@@ -328,7 +322,7 @@ key_row_make_tombstone(KeyRow *row)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	row->state = KEY_FAILED;
+	row->state = IDEM_KEY_FAILED;
 	row->request_hash = NULL;
 	row->claim_id = NULL;
 	row->has_lease = true;

@@ -8,21 +8,13 @@
 #ifndef IDEM_KEYS_KEY_TABLE_H
 #define IDEM_KEYS_KEY_TABLE_H
 
+#include "core/protocol.h"
 #include "table/direct_table.h"
 
 #include "datatype/timestamp.h"
 #include "storage/itemptr.h"
 #include "utils/snapshot.h"
 #include "utils/uuid.h"
-
-/* The states of a key (the idem_keys_state constraint). */
-typedef enum KeyState
-{
-	KEY_PENDING,
-	KEY_COMPLETED,
-	KEY_FAILED,
-	KEY_EXPIRED
-} KeyState;
 
 /*
  * One row of idem_keys as the protocol sees it.  A row read carries its
@@ -37,7 +29,7 @@ typedef struct KeyRow
 	HeapTuple	tuple;			/* as read; NULL for a row to insert */
 	bytea	   *cache_key;
 	Oid			scope;			/* the role's OID; IDEM_SHARED_SCOPE: from before 0.3.0 */
-	KeyState	state;
+	IdemKeyState state;
 	bytea	   *request_hash;	/* NULL: a tombstone (or a legacy row) */
 	pg_uuid_t  *claim_id;		/* NULL: no owner */
 	int64		generation;

@@ -103,7 +103,7 @@ read_held(Drain *drain, Datum id)
 	if (IS_NULL(drain, QUEUE_STATE) || IS_NULL(drain, QUEUE_SCOPE) ||
 		IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
 		memcmp(DatumGetUUIDP(COLUMN(drain, QUEUE_CLAIM_TOKEN)), drain->token, UUID_LEN) != 0 ||
-		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), "dead"))
+		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), IDEM_OUTBOX_DEAD_NAME))
 		return false;
 	scope = DatumGetObjectId(COLUMN(drain, QUEUE_SCOPE));
 	return scope == drain->scope || scope == IDEM_SHARED_SCOPE;
@@ -278,7 +278,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		direct_set(drain.queue, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
 		if (is_dead)
 		{
-			direct_set(drain.queue, QUEUE_STATE, CStringGetTextDatum("dead"), false);
+			direct_set(drain.queue, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
 			direct_set(drain.queue, QUEUE_DEAD_AT, TimestampTzGetDatum(now), false);
 		}
 		else

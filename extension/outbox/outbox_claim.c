@@ -60,6 +60,7 @@
 #include "postgres.h"
 
 #include "core/arguments.h"
+#include "core/protocol.h"
 #include "core/scope.h"
 #include "core/settings.h"
 #include "core/statements.h"
@@ -131,7 +132,7 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 		direct_deform(claim->queue, row, values, nulls);
 		/* NULLs (a DBA's hand edit, NOT NULL dropped) hold nothing. */
 		held = !nulls[COLUMN(claim, QUEUE_STATE)] && !nulls[COLUMN(claim, QUEUE_SCOPE)] &&
-			idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], "pending") &&
+			idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) &&
 			DatumGetObjectId(values[COLUMN(claim, QUEUE_SCOPE)]) == scope;
 		heap_freetuple(row);
 	}
@@ -157,7 +158,7 @@ claimable(Claim *claim, HeapTuple row, Oid scope)
 	direct_deform(claim->queue, row, v, n);
 	if (n[COLUMN(claim, QUEUE_STATE)] || n[COLUMN(claim, QUEUE_AVAILABLE_AT)] ||
 		n[COLUMN(claim, QUEUE_SCOPE)] ||
-		!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], "pending") ||
+		!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) ||
 		DatumGetTimestampTz(v[COLUMN(claim, QUEUE_AVAILABLE_AT)]) > claim->now ||
 		DatumGetObjectId(v[COLUMN(claim, QUEUE_SCOPE)]) != scope)
 		return false;
@@ -191,7 +192,7 @@ take(Claim *claim, HeapTuple row)
 
 	if (used_up)
 	{
-		direct_set(claim->queue, QUEUE_STATE, CStringGetTextDatum("dead"), false);
+		direct_set(claim->queue, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
 		direct_set(claim->queue, QUEUE_DEAD_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
 		if (!n[COLUMN(claim, QUEUE_CLAIM_TOKEN)])
 			direct_set(claim->queue, QUEUE_LAST_ERROR,

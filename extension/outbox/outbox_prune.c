@@ -10,6 +10,7 @@
  */
 #include "postgres.h"
 
+#include "core/protocol.h"
 #include "core/statements.h"
 #include "core/stats.h"
 #include "outbox/outbox.h"
@@ -37,12 +38,12 @@ static IdemStatement prune_archive = {
 static IdemStatement prune_queue = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT id FROM @extschema@.idem_outbox_queue"
-	"   WHERE state IN ('published', 'dead')"
+	"   WHERE state IN (" IDEM_SQL(IDEM_OUTBOX_PUBLISHED_NAME) ", " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME) ")"
 	"     AND coalesce(published_at, dead_at) < pg_catalog.clock_timestamp() - $2"
 	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	" DELETE FROM @extschema@.idem_outbox_queue o"
 	"  WHERE o.id = ANY (ARRAY(SELECT id FROM batch))"
-	"    AND o.state IN ('published', 'dead')"
+	"    AND o.state IN (" IDEM_SQL(IDEM_OUTBOX_PUBLISHED_NAME) ", " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME) ")"
 	"    AND coalesce(o.published_at, o.dead_at) < pg_catalog.clock_timestamp() - $2",
 	2, {INT4OID, INTERVALOID}
 };

@@ -11,6 +11,7 @@
 #include "postgres.h"
 
 #include "core/compat.h"
+#include "core/protocol.h"
 #include "core/scope.h"
 #include "outbox/outbox_queue.h"
 
@@ -39,9 +40,9 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 static const DirectIndex queue_indexes[QUEUE_NINDEXES] = {
 	[QUEUE_INDEX_CLAIMABLE] = {"idem_outbox_claimable", 3,
 		{QUEUE_SCOPE, QUEUE_AVAILABLE_AT, QUEUE_ID},
-	1, {{QUEUE_STATE, "pending"}}},
+	1, {{QUEUE_STATE, IDEM_OUTBOX_PENDING_NAME}}},
 	[QUEUE_INDEX_KEY_ORDER] = {"idem_outbox_key_order", 2, {QUEUE_KEY_HASH, QUEUE_ID},
-	2, {{QUEUE_STATE, "pending"}, {QUEUE_KEY_HASH, NULL}}},
+	2, {{QUEUE_STATE, IDEM_OUTBOX_PENDING_NAME}, {QUEUE_KEY_HASH, NULL}}},
 };
 
 DirectTableDef idem_outbox_queue =

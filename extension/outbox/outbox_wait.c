@@ -20,6 +20,7 @@
 #include "postgres.h"
 
 #include "core/arguments.h"
+#include "core/protocol.h"
 #include "core/scope.h"
 #include "core/settings.h"
 #include "core/statements.h"
@@ -42,10 +43,10 @@ PG_FUNCTION_INFO_V1(idem_outbox_view_write);
 
 /* Is the row eligible for a claim?  The claim's test (outbox_claim.c). */
 #define OUTBOX_CLAIMABLE(alias, now) \
-	alias ".state = 'pending' AND " alias ".available_at <= " now \
+	alias ".state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) " AND " alias ".available_at <= " now \
 	" AND (" alias ".key_hash IS NULL OR NOT EXISTS (" \
 	"  SELECT 1 FROM @extschema@.idem_outbox_queue e" \
-	"   WHERE e.key_hash = " alias ".key_hash AND e.state = 'pending'" \
+	"   WHERE e.key_hash = " alias ".key_hash AND e.state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) \
 	"     AND e.scope = " alias ".scope AND e.id < " alias ".id))"
 
 /*
@@ -56,9 +57,10 @@ static IdemStatement probe_work = {
 	"SELECT EXISTS (SELECT 1 FROM @extschema@.idem_outbox_queue o"
 	"                WHERE o.scope = ANY (ARRAY[$1, 0::pg_catalog.oid]) AND " OUTBOX_CLAIMABLE("o", "$2") "),"
 	" least((SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
-	"         WHERE scope = $1 AND state = 'pending' AND available_at > $2),"
+	"         WHERE scope = $1 AND state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) " AND available_at > $2),"
 	"       (SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
-	"         WHERE scope = 0::pg_catalog.oid AND state = 'pending' AND available_at > $2))",
+	"         WHERE scope = 0::pg_catalog.oid AND state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME)
+	" AND available_at > $2))",
 	2, {OIDOID, TIMESTAMPTZOID}
 };
 
@@ -70,11 +72,12 @@ static IdemStatement backlog = {
 	"SELECT topic, s.state, pg_catalog.count(*), pg_catalog.min(created_at), pg_catalog.min(available_at)"
 	"  FROM @extschema@.idem_outbox_queue o,"
 	"       LATERAL (SELECT CASE"
-	"         WHEN o.state = 'dead' THEN 'dead'"
-	"         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN 'ready'"
-	"         WHEN o.claim_token IS NOT NULL THEN 'leased'"
-	"         ELSE 'delayed' END AS state) s"
-	" WHERE o.scope = ANY (ARRAY[$1, 0::pg_catalog.oid]) AND o.state IN ('pending', 'dead')"
+	"         WHEN o.state = " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME) " THEN " IDEM_SQL(IDEM_OUTBOX_BACKLOG_DEAD)
+	"         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN " IDEM_SQL(IDEM_OUTBOX_BACKLOG_READY)
+	"         WHEN o.claim_token IS NOT NULL THEN " IDEM_SQL(IDEM_OUTBOX_BACKLOG_LEASED)
+	"         ELSE " IDEM_SQL(IDEM_OUTBOX_BACKLOG_DELAYED) " END AS state) s"
+	" WHERE o.scope = ANY (ARRAY[$1, 0::pg_catalog.oid]) AND o.state IN ("
+	IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) ", " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME) ")"
 	" GROUP BY topic, s.state ORDER BY topic, s.state",
 	1, {OIDOID}
 };

@@ -1,7 +1,8 @@
 """The messaging part of the protocol, for generate.py: the inbox's answers
 and a consumer's results, idem_outbox_nack's outcomes, a relay's counts and
 the two clients' metric names (protocol.toml's [inbox], [[inbox_answer]],
-[[inbox_result]], [[nack_outcome]], [[relay_count]], [messaging_metrics]).
+[[inbox_result]], [[nack_outcome]], [[relay_count]], [metrics.inbox] and
+[metrics.relay]).
 
 A module of its own so that generate.py stays one file per concern: each
 gen_* there appends what this module returns for the same output.
@@ -21,6 +22,16 @@ def _fail(msg):
 
 def _names(entries):
     return [e["name"] for e in entries]
+
+
+def messaging_metrics(p):
+    """The consumers' and relays' series of protocol.toml's [metrics] (the
+    clients' one list of series), by their exported names (with _total)."""
+    m = {}
+    for k in ("inbox", "relay"):
+        s = p["metrics"][k]
+        m.update({k: s["name"] + "_total", k + "_label": s["label"], k + "_help": s["help"]})
+    return m
 
 
 def validate(p):
@@ -152,8 +163,8 @@ def cpp_protocol(p):
     L += ["    return nack_outcome::unknown;", "}", "",
           "// The metric names of the consumers and relays (one series per inbox_outcome and",
           "// per batch_report count).",
-          "inline constexpr std::string_view inbox_metric = %s;" % json.dumps(p["messaging_metrics"]["inbox"]),
-          "inline constexpr std::string_view relay_metric = %s;" % json.dumps(p["messaging_metrics"]["relay"]),
+          "inline constexpr std::string_view inbox_metric = %s;" % json.dumps(messaging_metrics(p)["inbox"]),
+          "inline constexpr std::string_view relay_metric = %s;" % json.dumps(messaging_metrics(p)["relay"]),
           "inline constexpr std::array<std::string_view, %d> relay_counts = {{%s}};" % (
               len(p["relay_count"]), ", ".join(json.dumps(c["name"]) for c in p["relay_count"])), ""]
     return L
@@ -162,7 +173,7 @@ def cpp_protocol(p):
 # ---- Python -----------------------------------------------------------------
 
 def python(p):
-    m = p["messaging_metrics"]
+    m = messaging_metrics(p)
     L = ["", "# ---- messaging: the inbox's answers, a consumer's results, the relay ----", "",
          "class InboxAnswer(str, enum.Enum):",
          '    """What idem_inbox_begin and idem_inbox_fail answer."""', ""]
@@ -211,7 +222,7 @@ def _js_enum(name, doc, values):
 
 
 def node(p):
-    m = p["messaging_metrics"]
+    m = messaging_metrics(p)
     L = ["// ---- messaging: the inbox's answers, a consumer's results, the relay ----", ""]
     L += _js_enum("InboxAnswer", "What idem_inbox_begin and idem_inbox_fail answer.", _names(p["inbox_answer"]))
     L += _js_enum("InboxOutcome", "What a consumer reports for a delivery (result.outcome), also its metrics label.",
@@ -240,12 +251,12 @@ def conformance(p):
         "inbox": p["inbox"],
         "nack_outcomes": [{"name": n["name"], "count": n["count"]} for n in p["nack_outcome"]],
         "relay_counts": _names(p["relay_count"]),
-        "messaging_metrics": p["messaging_metrics"],
+        "messaging_metrics": messaging_metrics(p),
     }
 
 
 def docs(p):
-    m = p["messaging_metrics"]
+    m = messaging_metrics(p)
     L = ["## Inbox answers", "",
          "What `idem_inbox_begin` and `idem_inbox_fail` answer, and what a consumer (C++ `idem::inbox`,",
          "Python `pg_idem.inbox`, Node `Inbox`) reports for it. `max_attempts` is %d unless given, at most %d." % (

@@ -249,3 +249,26 @@ EXCEPTION WHEN no_data_found THEN
     %written% := false;
 END;
 -- @end
+
+-- The lock_wait argument (keys/lock_wait.c): lock_timeout for the call
+-- only.  The host has SET lock_timeout FROM CURRENT, which puts the
+-- caller's value back when the call returns (a function's SET clause
+-- saves the setting it names); the abort of the (sub)transaction does
+-- when the call fails.  NULL keeps the session's; 0 waits a millisecond
+-- (lock_timeout's own 0 would mean no limit).  Host declares a_us numeric.
+-- (LEAST and GREATEST are expressions of the grammar, not functions a
+-- role could shadow.)
+-- @snippet lock_wait_arg(arg)
+IF %arg% IS NOT NULL THEN
+    {{interval_us(a_us, %arg%)}}
+    IF a_us < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'lock_wait must be zero or positive',
+            DETAIL = 'The lock_wait given is negative.',
+            HINT = 'Pass NULL to keep the session''s lock_timeout.';
+    END IF;
+    PERFORM pg_catalog.set_config('lock_timeout',
+        LEAST(GREATEST(pg_catalog.ceil(a_us / 1000), 1), 2147483647)::pg_catalog.int8::pg_catalog.text || 'ms',
+        true);
+END IF;
+-- @end

@@ -101,6 +101,18 @@ END
 $function$
 -- @end
 
+-- @symbol idem_claim/5
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout FROM CURRENT
+AS $function$
+DECLARE
+    a_us pg_catalog.numeric;
+BEGIN
+    {{lock_wait_arg($5)}}
+    RETURN ROW($1, $2, $3, $4, false, CURRENT_USER)::@extschema@.idem__claim_call::@extschema@.idem_claim_result;
+END
+$function$
+-- @end
+
 -- @symbol idem_lookup
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp
 AS $function$
@@ -114,6 +126,18 @@ $function$
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $function$
 BEGIN
+    RETURN ROW($1, $2, $3, CURRENT_USER)::@extschema@.idem__renew_call::pg_catalog.timestamptz;
+END
+$function$
+-- @end
+
+-- @symbol idem_renew/4
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout FROM CURRENT
+AS $function$
+DECLARE
+    a_us pg_catalog.numeric;
+BEGIN
+    {{lock_wait_arg($4)}}
     RETURN ROW($1, $2, $3, CURRENT_USER)::@extschema@.idem__renew_call::pg_catalog.timestamptz;
 END
 $function$

@@ -12,6 +12,18 @@ END
 $function$
 -- @end
 
+-- @symbol idem_begin/5
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout FROM CURRENT
+AS $function$
+DECLARE
+    a_us pg_catalog.numeric;
+BEGIN
+    {{lock_wait_arg($5)}}
+    RETURN ROW($1, $2, $3, $4, true, CURRENT_USER)::@extschema@.idem__claim_call::@extschema@.idem_claim_result;
+END
+$function$
+-- @end
+
 -- The deferred constraint trigger, queued only for rows idem_begin wrote:
 -- at commit, a claim still pending under the claim that queued it was
 -- never finished.  It reads idem_keys, which the committing role may not:

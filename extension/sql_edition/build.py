@@ -49,7 +49,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "extension", "protocol"))
-import generate  # noqa: E402  (protocol.toml's loader and checks)
+import model  # noqa: E402  (protocol.toml's loader and checks)
 
 INSTALL = os.path.join(ROOT, "extension", "install")
 C_CLAUSE = re.compile(r"AS\s+'MODULE_PATHNAME',\s*'(\w+)'\s+LANGUAGE\s+C\b[^;$]*", re.S)
@@ -116,8 +116,8 @@ def protocol_values(p):
         sql_literal(o["name"]) for o in p["outcome"] if o["response"])
     rows = []
     for t in p["attempt_transition"]:
-        fs, fr = generate.split_state(t["from"])
-        ts, tr = generate.split_state(t["to"])
+        fs, fr = model.split_state(t["from"])
+        ts, tr = model.split_state(t["to"])
         rows.append("(%s, %s, %s, %s, %s)" % (
             sql_literal(fs), sql_literal(fr) if fr else "NULL::pg_catalog.text", sql_literal(ts),
             sql_literal(tr) if tr else "NULL::pg_catalog.text", "true" if t.get("next_generation") else "false"))
@@ -214,13 +214,24 @@ def split_args(s):
     return out
 
 
+def arity_symbol(sym, create, symbols):
+    """sym/N where the definitions have one for a function of N arguments
+    (idem_claim/5: the form with lock_wait reads an argument the shorter
+    form lacks), else sym."""
+    m = re.match(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+[\w.]+\s*\((.*?)\)\s*RETURNS", create, re.S)
+    if not m:
+        return sym
+    n = len([a for a in split_args(m.group(1)) if a.strip()])
+    return "%s/%d" % (sym, n) if "%s/%d" % (sym, n) in symbols else sym
+
+
 def substitute(body, rel, symbols, befores, snippets, values, used):
     """A C piece with each C clause replaced by its symbol's definition, and
     the symbol's @before statements put before the statement that holds it
     (the CREATE at the start of the last line that begins with one)."""
     out, pos = [], 0
     for m in C_CLAUSE.finditer(body):
-        sym = m.group(1)
+        sym = arity_symbol(m.group(1), body[body.rfind("\nCREATE ", 0, m.start()) + 1:m.start()], symbols)
         if sym not in symbols and os.environ.get("IDEM_SQL_PARTIAL"):   # while porting
             symbols[sym] = "LANGUAGE plpgsql AS $stub$BEGIN RAISE 'not yet'; END$stub$"
         if sym not in symbols:
@@ -290,7 +301,7 @@ def definitions(text):
 def script(update=False):
     """The SQL edition's extension script (with @extschema@ to substitute);
     update: what an update script makes again (see definitions())."""
-    p = generate.load()
+    p = model.load()
     values = protocol_values(p)
     values.update(setting_values())
     own = [os.path.join(HERE, n) for n in pieces(HERE)]

@@ -990,7 +990,7 @@ if "wakeup_cost" in failed_targets:
       f"client ({fmt(lock, '.0f')} requests/s with it, {fmt(poll, '.0f')} without, mean of "
       "the rounds). The winner takes its advisory lock inside the claim statement, but "
       "releases it with a statement of its own (`pg_advisory_unlock`, after the finalize "
-      "has committed: see the comment at the top of client/cpp/src/runner.cpp), so an "
+      "has committed: see the comment at the top of client/cpp/src/runner/runner.cpp), so an "
       "uncontended request makes three round trips instead of two" +
       (f"; a bare round trip (a prepared `BEGIN`, pgbench) takes {rtt * 1000:.0f} µs here, "
        f"{100 * rtt * 1000 * poll / 1e6:.0f} % of a request at the polling-only rate"

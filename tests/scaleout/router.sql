@@ -175,11 +175,25 @@ CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea, lease interval, 
 RETURNS idem_claim_result LANGUAGE plproxy
 AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
 
+-- pg_idem 0.6.0's lock_wait: the longest each wait on another
+-- transaction's lock on the key may last, applied on the partition, where
+-- the claim waits (lock_timeout set on the router would bound nothing
+-- there).  The clients pass it when the router has this form; needs
+-- partitions with 0.6.0.
+CREATE FUNCTION idem_claim(cache_key bytea, request_hash bytea, lease interval, max_wait interval,
+                           lock_wait interval)
+RETURNS idem_claim_result LANGUAGE plproxy
+AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
+
 CREATE FUNCTION idem_lookup(cache_key bytea, request_hash bytea)
 RETURNS idem_claim_result LANGUAGE plproxy
 AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
 
 CREATE FUNCTION idem_renew(cache_key bytea, claim_id uuid, lease interval DEFAULT NULL)
+RETURNS timestamptz LANGUAGE plproxy
+AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
+
+CREATE FUNCTION idem_renew(cache_key bytea, claim_id uuid, lease interval, lock_wait interval)
 RETURNS timestamptz LANGUAGE plproxy
 AS $$ CLUSTER 'idem'; RUN ON public.idem_partition_hash(cache_key); $$;
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 class prometheus_metrics final : public idem::metrics
 {
@@ -21,28 +22,38 @@ public:
     void on_event(idem::event e) override { events_[static_cast<std::size_t>(e)]++; }
 
     // Every series, zeros included, so that rate() sees each from the start.
+    // The series are the protocol's (idem::protocol::series), the same in
+    // every client.
     std::string render() const
     {
-        std::string out =
-            "# HELP idem_client_requests_total Requests through the pg_idem runner, by outcome.\n"
-            "# TYPE idem_client_requests_total counter\n";
+        namespace series = idem::protocol::series;
+        std::string out;
+        header(out, series::requests_name, series::requests_help);
         for (std::size_t i = 0; i < outcomes_.size(); ++i)
-            out += "idem_client_requests_total{outcome=\"" +
-                   std::string(idem::to_string(static_cast<idem::outcome>(i))) + "\"} " +
-                   std::to_string(outcomes_[i].load()) + "\n";
-        out += "# HELP idem_client_events_total Claim lifecycle events seen by the pg_idem runner.\n"
-               "# TYPE idem_client_events_total counter\n";
+            sample(out, series::requests_name, series::requests_label,
+                   idem::to_string(static_cast<idem::outcome>(i)), outcomes_[i].load());
+        header(out, series::events_name, series::events_help);
         for (std::size_t i = 0; i < events_.size(); ++i)
-            out += "idem_client_events_total{event=\"" +
-                   std::string(idem::to_string(static_cast<idem::event>(i))) + "\"} " +
-                   std::to_string(events_[i].load()) + "\n";
+            sample(out, series::events_name, series::events_label,
+                   idem::to_string(static_cast<idem::event>(i)), events_[i].load());
         return out;
     }
 
 private:
+    static void header(std::string &out, std::string_view name, std::string_view help)
+    {
+        out.append("# HELP ").append(name).append("_total ").append(help).append("\n");
+        out.append("# TYPE ").append(name).append("_total counter\n");
+    }
+    static void sample(std::string &out, std::string_view name, std::string_view label, const char *value,
+                       unsigned long long n)
+    {
+        out.append(name).append("_total{").append(label).append("=\"").append(value).append("\"} ");
+        out.append(std::to_string(n)).append("\n");
+    }
+
     // Sized by the protocol: 0.4.0 sized it by `rejected`, the last outcome
     // before `expired`, and counted expired past its end.
     std::array<std::atomic<unsigned long long>, idem::protocol::outcome_count> outcomes_{};
-    std::array<std::atomic<unsigned long long>, static_cast<std::size_t>(idem::event::pool_exhausted) + 1>
-        events_{};
+    std::array<std::atomic<unsigned long long>, idem::protocol::event_count> events_{};
 };

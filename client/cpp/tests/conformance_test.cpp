@@ -2,11 +2,15 @@
 // (generated from extension/protocol/protocol.toml) says, for every server
 // outcome in every status profile, what a client does (action), what it
 // answers (status, problem type, Retry-After) and its run result; how a
-// handler's status is stored; the key-status sentences; and the cache-key
-// and request-hash vectors. The Python and Node suites read the same file.
+// handler's status is stored; the key-status sentences; the cache-key and
+// request-hash vectors; the defaults and limits, the namespace's place in
+// the key, the replay headers, the metrics' series and events and the
+// profiles. The Python and Node suites read the same file.
+#include <idem/config.hpp>
 #include <idem/http.hpp>
 #include <idem/inbox.hpp>
 #include <idem/key.hpp>
+#include <idem/metrics.hpp>
 #include <idem/outbox.hpp>
 #include <idem/protocol.hpp>
 #include <idem/version.hpp>
@@ -17,12 +21,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <string>
 #include <vector>
 
 using namespace idem;
 using nlohmann::json;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -41,8 +47,8 @@ status_profile profile_named(const std::string &name)
 {
     if (name == "ietf")
         return status_profile::ietf;
-    if (name == "seed")
-        return status_profile::seed;
+    if (name == "conflict409")
+        return status_profile::conflict409;
     throw std::runtime_error("unknown profile " + name);
 }
 
@@ -224,6 +230,110 @@ TEST(Conformance, MetricsHaveASeriesPerOutcome)
         const std::string series = "idem_client_requests_total{outcome=\"" + label + "\"} ";
         EXPECT_NE(text.find(series + (label == "expired" ? "1" : "0")), std::string::npos) << label;
     }
+}
+
+// config() is the protocol's defaults, and build() refuses what its limits refuse.
+TEST(Conformance, DefaultsAndLimits)
+{
+    const json &d = conformance().at("client").at("defaults");
+    const json &lim = conformance().at("client").at("limits");
+    const config c;
+    const auto ms = [&](const char *k) { return milliseconds(d.at(k).get<long long>()); };
+    EXPECT_EQ(c.lease(), ms("lease_ms"));
+    EXPECT_EQ(c.renew_interval(), c.lease() / d.at("renew_divisor").get<int>());
+    EXPECT_EQ(config::builder().lease(9000ms).build().renew_interval(), 9000ms / d.at("renew_divisor").get<int>());
+    EXPECT_EQ(c.follower_wait_budget(), ms("follower_wait_budget_ms"));
+    EXPECT_EQ(c.poll_min(), ms("poll_min_ms"));
+    EXPECT_EQ(c.poll_max(), ms("poll_max_ms"));
+    EXPECT_DOUBLE_EQ(c.poll_jitter(), d.at("poll_jitter").get<double>());
+    EXPECT_EQ(c.retry_after(), ms("retry_after_ms"));
+    EXPECT_EQ(c.failure_cooldown(), ms("failure_cooldown_ms"));
+    EXPECT_EQ(c.max_request_body_bytes(), d.at("max_request_body_bytes").get<std::size_t>());
+    EXPECT_EQ(c.max_cacheable_response_bytes(), d.at("max_cacheable_response_bytes").get<std::size_t>());
+    EXPECT_EQ(c.max_iterations(), d.at("max_iterations").get<unsigned>());
+    EXPECT_EQ(c.transaction_attempts(), d.at("transaction_attempts").get<unsigned>());
+    EXPECT_EQ(c.profile(), profile_named(d.at("profile").get<std::string>()));
+    EXPECT_EQ(c.client_errors() == client_errors::store, d.at("client_errors").get<std::string>() == "store");
+    EXPECT_EQ(config::pooled_wait_slice, ms("pooled_wait_slice_ms"));
+    const milliseconds min_lease(lim.at("min_lease_ms").get<long long>());
+    const milliseconds max_lease(lim.at("max_lease_ms").get<long long>());
+    EXPECT_EQ(config::builder().lease(min_lease).renew_interval(1ms).build().lease(), min_lease);
+    EXPECT_THROW(config::builder().lease(min_lease - 1ms).build(), config_error);
+    EXPECT_THROW(config::builder().lease(max_lease + 1ms).build(), config_error);
+}
+
+// The profiles, and the deprecated name of one, which still compiles (with a warning).
+TEST(Conformance, Profiles)
+{
+    std::vector<std::string> names;
+    for (const json &p : conformance().at("profiles"))
+        names.push_back(p.get<std::string>());
+    EXPECT_EQ(names, (std::vector<std::string>{"ietf", "conflict409"}));
+    for (const auto &[old, now] : conformance().at("deprecated_profiles").items())
+    {
+        EXPECT_EQ(old, "seed");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        EXPECT_EQ(status_profile::seed, profile_named(now.at("profile").get<std::string>()));
+#pragma GCC diagnostic pop
+    }
+}
+
+// The runner's key with key_namespace is the vector's (the engine's own
+// computation: a partitioned runner routes by the same key).
+TEST(Conformance, NamespaceGoesWhereTheProtocolSays)
+{
+    for (const json &v : conformance().at("namespace_vectors"))
+    {
+        SCOPED_TRACE(v.dump());
+        const std::string ns = v.at("namespace").is_null() ? "" : v.at("namespace").get<std::string>();
+        const std::string target = v.at("target").get<std::string>();
+        EXPECT_EQ(protocol::namespaced_target(ns, target), v.at("namespaced_target").get<std::string>());
+        EXPECT_EQ(to_hex(cache_key(v.at("principal").get<std::string>(), v.at("method").get<std::string>(),
+                                   protocol::namespaced_target(config::builder().key_namespace(ns).build().key_namespace(),
+                                                               target),
+                                   v.at("key").get<std::string>())),
+                  v.at("cache_key").get<std::string>());
+    }
+    EXPECT_THROW(config::builder().key_namespace("two words").build(), config_error);
+}
+
+TEST(Conformance, ReplayHeaders)
+{
+    const json &rh = conformance().at("replay_headers");
+    EXPECT_EQ(std::string(replay_header_name), rh.at("replayed_header").get<std::string>());
+    const header_allowlist by_default;
+    for (const json &v : rh.at("vectors"))
+    {
+        const std::string name = v.at("name").get<std::string>();
+        SCOPED_TRACE(name);
+        EXPECT_EQ(by_default.allows(name), v.at("by_default").get<bool>());
+        if (v.at("when_configured").get<bool>())
+            EXPECT_TRUE(header_allowlist(config::builder().replay_header(name).build()).allows(name));
+        else
+            EXPECT_THROW(config::builder().replay_header(name).build(), config_error);
+        EXPECT_EQ(is_never_stored(name), !v.at("when_configured").get<bool>());
+    }
+}
+
+// The example exporter's series and labels are the protocol's, every event
+// at zero from the start.
+TEST(Conformance, MetricsSeriesAndEvents)
+{
+    const json &events = conformance().at("events");
+    ASSERT_EQ(events.size(), protocol::event_count);
+    for (std::size_t i = 0; i < protocol::event_count; ++i)
+        EXPECT_EQ(std::string(to_string(static_cast<event>(i))), events[i].get<std::string>());
+    const std::string text = prometheus_metrics().render();
+    for (const char *kind : {"requests", "events"})
+    {
+        const json &s = conformance().at("metrics").at(kind);
+        const std::string name = s.at("name").get<std::string>() + "_total";
+        EXPECT_NE(text.find("# HELP " + name + " " + s.at("help").get<std::string>() + "\n"), std::string::npos);
+        EXPECT_NE(text.find(name + "{" + s.at("label").get<std::string>() + "=\""), std::string::npos);
+    }
+    for (const json &e : events)
+        EXPECT_NE(text.find("idem_client_events_total{event=\"" + e.get<std::string>() + "\"} 0"), std::string::npos);
 }
 
 TEST(Conformance, InboxAnswersResultsAndBrokerActions)

@@ -141,7 +141,7 @@ TEST(Runner, AnotherBodyIsAConflictWithoutARun)
     simple_pool pool(idem_test::dsn());
     idem_test::counting_metrics m;
     runner ietf(pool, quick().build(), &m);
-    runner seed(pool, quick().profile(status_profile::seed).build());
+    runner seed(pool, quick().profile(status_profile::conflict409).build());
     req_data rq{idem_test::unique_key("mismatch")};
     std::atomic<int> runs{0};
     std::promise<void> entered, release;
@@ -414,7 +414,7 @@ TEST(Runner, FollowerTimesOutWithRetryAfter)
     idem_test::counting_metrics m;
     runner winner_run(pool, quick().build());
     runner impatient(pool, quick().follower_wait_budget(200ms).build(), &m);
-    runner impatient_seed(pool, quick().follower_wait_budget(100ms).profile(status_profile::seed).build());
+    runner impatient_seed(pool, quick().follower_wait_budget(100ms).profile(status_profile::conflict409).build());
     req_data rq{idem_test::unique_key("timeout")};
     std::promise<void> entered, release;
     auto release_f = release.get_future().share();

@@ -8,7 +8,10 @@
 
 #include <idem/version.hpp>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 using namespace idem;
@@ -261,4 +264,52 @@ TEST(Statements, RunnerDefaultsSurviveAPoolersClash)
     EXPECT_EQ(r.outcome, outcome::won_completed) << r.response.status << " " << r.response.body;
     EXPECT_EQ(r.response.status, 201);
     EXPECT_EQ(run.run(rq.view(), ok).outcome, outcome::replay);
+}
+
+// A follower whose claim waits on an in-transaction winner's uncommitted
+// key gives up with its budget, answered in progress while the winner still
+// runs: with lock_wait passed to the current extension, and with
+// lock_timeout set around the call on 0.5.0's, which has no lock_wait.
+TEST(Setup, ALockWaitEndsWithTheBudgetInBothForms)
+{
+    IDEM_REQUIRE_OWN_SESSIONS();
+    for (const char *version : {"", "0.5.0"})
+    {
+        SCOPED_TRACE(*version ? version : "current");
+        const std::string dsn = fresh_database(
+            {*version ? std::string("CREATE EXTENSION pg_idem VERSION '") + version + "'"
+                      : std::string("CREATE EXTENSION pg_idem")});
+        simple_pool pool(dsn);
+        runner winner(pool, idem_test::config_builder().build());
+        runner follower(pool, idem_test::config_builder().follower_wait_budget(400ms).build());
+        idem_test::test_request req{idem_test::unique_key("lockwait")};
+        std::mutex mu;
+        std::condition_variable cv;
+        bool holding = false, release = false;
+        std::thread t([&] {
+            winner.run_in_transaction(req.view(), [&](pg::transaction &, const claim_context &) {
+                std::unique_lock<std::mutex> lk(mu);
+                holding = true;
+                cv.notify_all();
+                cv.wait_for(lk, 120s, [&] { return release; });
+                return response{201, {}, "winner"};
+            });
+        });
+        {
+            std::unique_lock<std::mutex> lk(mu);
+            ASSERT_TRUE(cv.wait_for(lk, 120s, [&] { return holding; }));
+        }
+        // Without the budget the follower would wait for the winner's
+        // commit, which comes only after this returns (or after 120 s: a
+        // replay then, not 409).
+        const run_result r = follower.run(req.view(), ok);
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            release = true;
+        }
+        cv.notify_all();
+        t.join();
+        EXPECT_EQ(r.response.status, 409);
+        EXPECT_FALSE(r.handler_ran);
+    }
 }

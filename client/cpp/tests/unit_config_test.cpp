@@ -125,7 +125,7 @@ TEST(Config, SettersReachTheConfig)
                  .max_cacheable_response_bytes(20)
                  .max_iterations(7)
                  .transaction_attempts(2)
-                 .profile(idem::status_profile::seed)
+                 .profile(idem::status_profile::conflict409)
                  .wakeup(idem::follower_wakeup::polling)
                  .schema("idem")
                  .build();
@@ -141,7 +141,7 @@ TEST(Config, SettersReachTheConfig)
     EXPECT_EQ(c.max_cacheable_response_bytes(), 20u);
     EXPECT_EQ(c.max_iterations(), 7u);
     EXPECT_EQ(c.transaction_attempts(), 2u);
-    EXPECT_EQ(c.profile(), idem::status_profile::seed);
+    EXPECT_EQ(c.profile(), idem::status_profile::conflict409);
     EXPECT_EQ(c.wakeup(), idem::follower_wakeup::polling);
     EXPECT_EQ(c.schema(), "idem");
 }

@@ -128,7 +128,7 @@ TEST(Problems, IetfProfile)
 TEST(Problems, SeedProfile)
 {
     namespace p = idem::problems;
-    const auto seed = idem::status_profile::seed;
+    const auto seed = idem::status_profile::conflict409;
     EXPECT_EQ(p::key_reused(seed).status, 409);
     auto busy = p::in_progress(seed, 1s);
     EXPECT_EQ(busy.status, 503);

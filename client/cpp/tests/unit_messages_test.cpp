@@ -5,7 +5,7 @@
 #include <idem/outbox.hpp>
 #include <idem/reconciler.hpp>
 
-#include "../src/messages_detail.hpp"
+#include "../src/messaging/detail.hpp"
 
 #include <gtest/gtest.h>
 

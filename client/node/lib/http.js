@@ -5,18 +5,17 @@
 const protocol = require('./protocol');
 const { describe } = require('./key');
 
-const REPLAY_HEADER = 'Idempotent-Replayed';
+const REPLAY_HEADER = protocol.REPLAYED_HEADER;
 const { PROBLEM_BASE, FINALIZE, RELEASE, FAIL, classify } = protocol; // the storage rules: extension/protocol/protocol.toml
 
-const DEFAULT_REPLAY_HEADERS = ['content-type', 'content-disposition', 'content-language', 'cache-control', 'etag', 'location'];
-const NEVER_STORED = new Set(['set-cookie', 'set-cookie2', 'cookie', 'authorization', 'proxy-authorization',
-  'www-authenticate', 'proxy-authenticate', 'x-api-key', 'x-csrf-token', 'x-xsrf-token']);
-const NEVER_STORED_PARTS = ['cookie', 'session', 'token', 'authoriz', 'authenticat'];
+// The replay headers are the protocol's (protocol.toml's [replay_headers]).
+const { DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADER_PARTS, ProblemName } = protocol;
+const NEVER_STORED = new Set(protocol.NEVER_STORED_HEADERS);
 
 // Headers never stored whatever the configuration (cookies, auth, session tokens).
 function isNeverStored(name) {
   const low = String(name).toLowerCase();
-  return NEVER_STORED.has(low) || NEVER_STORED_PARTS.some((p) => low.includes(p));
+  return NEVER_STORED.has(low) || NEVER_STORED_HEADER_PARTS.some((p) => low.includes(p));
 }
 
 // Headers as [name, value] pairs, from pairs, an object (arrays as repeats) or a Map.
@@ -107,12 +106,26 @@ function problem(status, title, detail, type, retryAfterMs) {
   return makeResponse(status, headers, JSON.stringify(body));
 }
 
+// A profile's name; a deprecated one (protocol.DEPRECATED_PROFILES) is
+// taken with a warning, once per process.
+const warned = new Set();
+function profileOf(name) {
+  const old = protocol.DEPRECATED_PROFILES[name];
+  if (!old) return name;
+  if (!warned.has(name)) {
+    warned.add(name);
+    process.emitWarning(`pg-idem: profile '${name}' is now '${old.profile}'; the old name goes in ${old.until}`,
+      { type: 'DeprecationWarning', code: 'PG_IDEM_PROFILE' });
+  }
+  return old.profile;
+}
+
 // The problem `name` of the protocol (PROBLEMS in ./protocol) in a profile;
 // fill: {keyStatus, limit} for its detail, retryMs for its Retry-After.
 function protocolProblem(name, profile, { keyStatus, limit, retryMs } = {}) {
   const p = protocol.PROBLEMS[name];
   if (!p) throw new Error(`pg-idem: no problem named '${name}' in the protocol`);
-  const status = p.status[profile];
+  const status = p.status[profileOf(profile)];
   if (status === undefined) throw new Error(`pg-idem: no profile '${profile}' in the protocol`);
   const detail = p.detail.replace('{key_status}', () => describe(keyStatus)).replace('{limit}', () => String(limit));
   return problem(status, p.title, detail, PROBLEM_BASE + p.slug, p.retryAfter ? retryMs : undefined);
@@ -124,12 +137,14 @@ const camel = (name) => name.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 const problems = Object.freeze({
   ...Object.fromEntries(Object.keys(protocol.PROBLEMS).map((name) => [camel(name),
     (profile, retryMs) => protocolProblem(name, profile, { retryMs })])),
-  missingKey: (profile = 'ietf') => protocolProblem('missing_key', profile, { keyStatus: 'absent' }),
-  invalidKey: (profile, why) => protocolProblem('invalid_key', profile, { keyStatus: why }),
-  requestTooLarge: (profile, limit) => protocolProblem('request_too_large', profile, { limit }),
+  missingKey: (profile = protocol.DEFAULTS.profile) => protocolProblem(ProblemName.MISSING_KEY, profile,
+    { keyStatus: protocol.KeyStatus.ABSENT }),
+  invalidKey: (profile, why) => protocolProblem(ProblemName.INVALID_KEY, profile, { keyStatus: why }),
+  requestTooLarge: (profile, limit) => protocolProblem(ProblemName.REQUEST_TOO_LARGE, profile, { limit }),
 });
 
 module.exports = {
   REPLAY_HEADER, FINALIZE, RELEASE, FAIL, DEFAULT_REPLAY_HEADERS, classify, isNeverStored, headerPairs, makeResponse,
   asResponse, headerValue, HeaderAllowlist, headersFromJson, retryAfterSeconds, problem, problems, protocolProblem,
+  profileOf,
 };

@@ -5,7 +5,8 @@
 // ten clients of a pool of ten, each handler waiting for an eleventh,
 // would never finish); or on a client given to it.
 
-const lockTimeoutText = (ms) => `${Math.max(1, Math.round(ms))}ms`; // 0 would mean "wait forever"
+// The lock_wait argument: at least a millisecond (the server rounds up to whole ones).
+const lockWaitText = (ms) => `${Math.max(1, Math.round(ms))}ms`;
 const msText = (ms) => `${Math.max(1, Math.round(ms))} milliseconds`;
 
 // Renews the winner's lease every renewInterval while the handler runs.
@@ -30,8 +31,8 @@ class Keeper {
     let own = null;
     try {
       const client = this.client || (own = await this.runner.checkout());
-      const row = await this.runner.q(client, this.runner.sql.renew,
-        [lockTimeoutText(cfg.renewInterval), this.ck, this.claimId, msText(cfg.lease)]);
+      const row = await this.runner.q(client, this.runner.calls.renew,
+        [this.ck, this.claimId, msText(cfg.lease), lockWaitText(cfg.renewInterval)]);
       if (!row || !row.ok) {
         this.lost = true; // taken over: stop renewing
         return;
@@ -52,4 +53,4 @@ class Keeper {
   }
 }
 
-module.exports = { Keeper, lockTimeoutText, msText };
+module.exports = { Keeper, lockWaitText, msText };

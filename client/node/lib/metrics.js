@@ -1,8 +1,8 @@
 'use strict';
 // Prometheus counters for the runner, with prom-client (the application's
-// own, a peer dependency): the C++ client's series
-// (client/cpp/examples/prometheus_metrics.hpp), so one dashboard serves
-// every language:
+// own, a peer dependency): the protocol's series (protocol.toml's
+// [metrics], the same in every client), so one dashboard serves every
+// language:
 //
 //   idem_client_requests_total{outcome}   one per request (CLIENT_OUTCOMES)
 //   idem_client_events_total{event}       claim lifecycle events (EVENTS)
@@ -13,11 +13,7 @@
 // Every label value starts at zero, so that rate() sees each series from
 // the first scrape.
 
-const { CLIENT_OUTCOMES, POOL, InboxOutcome, RELAY_COUNTS, MESSAGING_METRICS: M } = require('./protocol');
-
-// The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
-const EVENTS = Object.freeze(['claimed', 'recovered_ttl', 'recovered_abandoned', 'pending_wait', 'retryable_cooldown',
-  'lease_stolen', 'finalize_error', 'release_error', 'unknown_outcome', 'finalized', POOL.event]);
+const { CLIENT_OUTCOMES, EVENTS, METRICS, InboxOutcome, RELAY_COUNTS, MESSAGING_METRICS: M } = require('./protocol');
 
 // A metrics observer ({onOutcome, onEvent}) backed by prom-client counters in
 // `registry` (prom-client's global register by default).
@@ -32,24 +28,18 @@ function prometheus({ registry, promClient } = {}) {
   }
   const registers = registry ? [registry] : [client.register];
   const existing = (name) => registers[0].getSingleMetric(name);
-  const requests = existing('idem_client_requests_total') || new client.Counter({
-    name: 'idem_client_requests_total', help: 'Requests through the pg_idem runner, by outcome.', labelNames: ['outcome'], registers,
-  });
-  const events = existing('idem_client_events_total') || new client.Counter({
-    name: 'idem_client_events_total', help: 'Claim lifecycle events seen by the pg_idem runner.', labelNames: ['event'], registers,
-  });
-  for (const outcome of CLIENT_OUTCOMES) requests.inc({ outcome }, 0);
-  for (const event of EVENTS) events.inc({ event }, 0);
-  const counter = (name, help, label, values) => {
-    const c = existing(name) || new client.Counter({ name, help, labelNames: [label], registers });
-    for (const v of values) c.inc({ [label]: v }, 0);
-    return c;
-  };
-  const inbox = counter(M.inbox, M.inbox_help, M.inbox_label, Object.values(InboxOutcome));
-  const relay = counter(M.relay, M.relay_help, M.relay_label, RELAY_COUNTS);
+  const counter = (s) => existing(s.name) || new client.Counter({ name: s.name, help: s.help, labelNames: [s.label], registers });
+  const requests = counter(METRICS.requests);
+  const events = counter(METRICS.events);
+  for (const outcome of CLIENT_OUTCOMES) requests.inc({ [METRICS.requests.label]: outcome }, 0);
+  for (const event of EVENTS) events.inc({ [METRICS.events.label]: event }, 0);
+  const inbox = counter({ name: M.inbox, help: M.inbox_help, label: M.inbox_label });
+  const relay = counter({ name: M.relay, help: M.relay_help, label: M.relay_label });
+  for (const outcome of Object.values(InboxOutcome)) inbox.inc({ [M.inbox_label]: outcome }, 0);
+  for (const name of RELAY_COUNTS) relay.inc({ [M.relay_label]: name }, 0);
   return {
-    onOutcome: (outcome) => requests.inc({ outcome }),
-    onEvent: (event) => events.inc({ event }),
+    onOutcome: (outcome) => requests.inc({ [METRICS.requests.label]: outcome }),
+    onEvent: (event) => events.inc({ [METRICS.events.label]: event }),
     onInbox: (outcome) => inbox.inc({ [M.inbox_label]: outcome }),
     onRelay: (report) => {
       for (const name of RELAY_COUNTS) if (report[name]) relay.inc({ [M.relay_label]: name }, report[name]);

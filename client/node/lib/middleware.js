@@ -34,8 +34,8 @@ const DEFAULT_POOL_MAX = 10;
 
 const CLAIM = Symbol.for('pg-idem.claim');
 
-// logger, onError and metrics may be given beside config, as options of the middleware.
-const HOOKS = ['logger', 'onError', 'metrics'];
+// logger, onError, metrics and namespace may be given beside config, as options of the middleware.
+const HOOKS = ['logger', 'onError', 'metrics', 'namespace'];
 
 function configOf(opts) {
   const hooks = Object.fromEntries(HOOKS.filter((h) => opts[h] !== undefined).map((h) => [h, opts[h]]));
@@ -60,10 +60,6 @@ function settings(opts) {
     throw new TypeError("pg-idem middleware needs principal: (req) => the authenticated actor, part of the key "
       + "(() => 'service' for a service without users)");
   }
-  const ns = opts.namespace;
-  if (ns !== undefined && (typeof ns !== 'string' || !/^[^\s\u0000]+$/.test(ns))) {
-    throw new TypeError('namespace is a service name without spaces (it prefixes the target in the cache key)');
-  }
   if (!['lease', 'fenced', 'in_transaction'].includes(mode)) throw new TypeError("mode must be 'lease', 'fenced' or 'in_transaction'");
   return {
     runner: runnerOf(opts),
@@ -72,8 +68,6 @@ function settings(opts) {
     startupWait: opts.startupWait,
     methods: new Set((opts.methods || ['POST', 'PATCH']).map((m) => m.toUpperCase())),
     keyRequired: Boolean(opts.keyRequired),
-    // Two services on one role and route keep apart: "billing /payments".
-    target: (url) => (ns === undefined ? url : `${ns} ${url}`),
     fingerprint: fingerprintOf(opts.fingerprint),
   };
 }
@@ -154,7 +148,7 @@ function express(opts = {}) {
         req.body = /json/i.test(req.headers['content-type'] || '') ? jsonBody(body.toString('utf8')) : body;
         req._body = true; // eslint-disable-line no-underscore-dangle
       }
-      const view = { principal, method: req.method.toUpperCase(), target: s.target(req.originalUrl), keys, body,
+      const view = { principal, method: req.method.toUpperCase(), target: req.originalUrl, keys, body,
         fingerprint: s.fingerprint ? s.fingerprint(req, body) : undefined, keyRequired: s.keyRequired };
       const orig = { writeHead: res.writeHead, write: res.write, end: res.end };
       let own = null;
@@ -234,7 +228,7 @@ function fastify(instance, opts, done) {
   instance.addHook('preHandler', async (request, reply) => {
     if (!guarded(request)) return undefined;
     const body = request.rawBody || Buffer.alloc(0);
-    const view = { principal: principalOf(s, request), method: request.method.toUpperCase(), target: s.target(request.raw.url),
+    const view = { principal: principalOf(s, request), method: request.method.toUpperCase(), target: request.raw.url,
       keys: keyFields(request.raw.rawHeaders), body, fingerprint: s.fingerprint ? s.fingerprint(request, body) : undefined,
       keyRequired: s.keyRequired };
     let proceed;

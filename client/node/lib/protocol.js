@@ -5,7 +5,9 @@
 const KEY_DOMAIN = "pg_idem key v1";
 const MAX_KEY_BYTES = 255;
 const PROBLEM_BASE = "urn:pg-idem:problem:";
-const PROFILES = Object.freeze(["ietf", "seed"]);
+const PROFILES = Object.freeze(["ietf", "conflict409"]);
+// Old names of a profile, accepted with a warning: {old: {profile, until}}.
+const DEPRECATED_PROFILES = Object.freeze({"seed": {"profile": "conflict409", "until": "0.7.0"}});
 
 // The oldest extension the runner works with (its first-use check refuses older).
 const OLDEST_EXTENSION = "0.3.0";
@@ -52,18 +54,18 @@ const CLIENT_OUTCOMES = Object.freeze(["won_completed", "replay", "conflict", "t
 
 // status: per profile.  detail: {key_status} and {limit} are filled in by the caller.
 const PROBLEMS = Object.freeze({
-  missing_key: Object.freeze({ name: "missing_key", slug: "idempotency-key-missing", title: "Idempotency-Key header is missing", detail: "{key_status}", status: Object.freeze({"ietf": 400, "seed": 400}), retryAfter: false }),
-  invalid_key: Object.freeze({ name: "invalid_key", slug: "idempotency-key-invalid", title: "Idempotency-Key header is invalid", detail: "{key_status}", status: Object.freeze({"ietf": 400, "seed": 400}), retryAfter: false }),
-  key_reused: Object.freeze({ name: "key_reused", slug: "idempotency-key-reused", title: "Idempotency-Key is already used for a different request", detail: "This key was used with another request body. Use a new key for a new request.", status: Object.freeze({"ietf": 422, "seed": 409}), retryAfter: false }),
-  in_progress: Object.freeze({ name: "in_progress", slug: "request-in-progress", title: "A request with this Idempotency-Key is being processed", detail: "Retry after the delay in Retry-After to get its response.", status: Object.freeze({"ietf": 409, "seed": 503}), retryAfter: true }),
-  cooldown: Object.freeze({ name: "cooldown", slug: "request-failed-recently", title: "The last attempt with this Idempotency-Key failed", detail: "Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
-  not_replayable: Object.freeze({ name: "not_replayable", slug: "response-not-replayable", title: "The request was completed but its response cannot be replayed", detail: "The response was too large to store. Use a new key to repeat the request.", status: Object.freeze({"ietf": 409, "seed": 409}), retryAfter: false }),
-  expired: Object.freeze({ name: "expired", slug: "idempotency-key-expired", title: "This Idempotency-Key has expired", detail: "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", status: Object.freeze({"ietf": 410, "seed": 409}), retryAfter: false }),
-  request_too_large: Object.freeze({ name: "request_too_large", slug: "request-too-large", title: "Request body too large", detail: "The request body is over {limit} bytes.", status: Object.freeze({"ietf": 413, "seed": 413}), retryAfter: false }),
-  store_unavailable: Object.freeze({ name: "store_unavailable", slug: "idempotency-store-unavailable", title: "Idempotency store unavailable", detail: "The request was not run. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
-  pool_exhausted: Object.freeze({ name: "pool_exhausted", slug: "connection-pool-exhausted", title: "The service's connection pool is exhausted", detail: "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
-  principal_missing: Object.freeze({ name: "principal_missing", slug: "principal-missing", title: "The request has no authenticated principal", detail: "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", status: Object.freeze({"ietf": 401, "seed": 401}), retryAfter: false }),
-  outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", status: Object.freeze({"ietf": 503, "seed": 503}), retryAfter: true }),
+  missing_key: Object.freeze({ name: "missing_key", slug: "idempotency-key-missing", title: "Idempotency-Key header is missing", detail: "{key_status}", status: Object.freeze({"ietf": 400, "conflict409": 400}), retryAfter: false }),
+  invalid_key: Object.freeze({ name: "invalid_key", slug: "idempotency-key-invalid", title: "Idempotency-Key header is invalid", detail: "{key_status}", status: Object.freeze({"ietf": 400, "conflict409": 400}), retryAfter: false }),
+  key_reused: Object.freeze({ name: "key_reused", slug: "idempotency-key-reused", title: "Idempotency-Key is already used for a different request", detail: "This key was used with another request body. Use a new key for a new request.", status: Object.freeze({"ietf": 422, "conflict409": 409}), retryAfter: false }),
+  in_progress: Object.freeze({ name: "in_progress", slug: "request-in-progress", title: "A request with this Idempotency-Key is being processed", detail: "Retry after the delay in Retry-After to get its response.", status: Object.freeze({"ietf": 409, "conflict409": 503}), retryAfter: true }),
+  cooldown: Object.freeze({ name: "cooldown", slug: "request-failed-recently", title: "The last attempt with this Idempotency-Key failed", detail: "Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
+  not_replayable: Object.freeze({ name: "not_replayable", slug: "response-not-replayable", title: "The request was completed but its response cannot be replayed", detail: "The response was too large to store. Use a new key to repeat the request.", status: Object.freeze({"ietf": 409, "conflict409": 409}), retryAfter: false }),
+  expired: Object.freeze({ name: "expired", slug: "idempotency-key-expired", title: "This Idempotency-Key has expired", detail: "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.", status: Object.freeze({"ietf": 410, "conflict409": 409}), retryAfter: false }),
+  request_too_large: Object.freeze({ name: "request_too_large", slug: "request-too-large", title: "Request body too large", detail: "The request body is over {limit} bytes.", status: Object.freeze({"ietf": 413, "conflict409": 413}), retryAfter: false }),
+  store_unavailable: Object.freeze({ name: "store_unavailable", slug: "idempotency-store-unavailable", title: "Idempotency store unavailable", detail: "The request was not run. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
+  pool_exhausted: Object.freeze({ name: "pool_exhausted", slug: "connection-pool-exhausted", title: "The service's connection pool is exhausted", detail: "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
+  principal_missing: Object.freeze({ name: "principal_missing", slug: "principal-missing", title: "The request has no authenticated principal", detail: "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.", status: Object.freeze({"ietf": 401, "conflict409": 401}), retryAfter: false }),
+  outcome_unknown: Object.freeze({ name: "outcome_unknown", slug: "outcome-unknown", title: "The outcome of this request is not known yet", detail: "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.", status: Object.freeze({"ietf": 503, "conflict409": 503}), retryAfter: true }),
 });
 
 // The server's claim outcomes and what a client does with each: run, replay,
@@ -109,6 +111,128 @@ const SQLSTATES = Object.freeze({
 function classify(status) {
   for (const [lo, hi, action] of STORAGE_RULES) if (status >= lo && status <= hi) return action;
   return STORAGE_DEFAULT;
+}
+
+// The server's claim outcomes (the outcome column of idem_claim), by name.
+const ServerOutcome = Object.freeze({
+  CLAIMED: "claimed",
+  RECOVERED_TTL: "recovered_ttl",
+  RECOVERED_ABANDONED: "recovered_abandoned",
+  REPLAY: "replay",
+  MISMATCH: "mismatch",
+  IN_PROGRESS: "in_progress",
+  COOLDOWN: "cooldown",
+  NOT_REPLAYABLE: "not_replayable",
+  EXPIRED: "expired",
+  ABSENT: "absent",
+  CLAIMABLE: "claimable",
+});
+
+// What a run reports (result.outcome), by name.
+const ClientOutcome = Object.freeze({
+  WON_COMPLETED: "won_completed",
+  REPLAY: "replay",
+  CONFLICT: "conflict",
+  TIMEOUT: "timeout",
+  FAILED: "failed",
+  COMPLETED_UNCACHEABLE: "completed_uncacheable",
+  UNGUARDED: "unguarded",
+  REJECTED: "rejected",
+  EXPIRED: "expired",
+});
+
+// What a client does with a server outcome (OUTCOMES[...].action).
+const Action = Object.freeze({
+  RUN: "run",
+  REPLAY: "replay",
+  ANSWER: "answer",
+  WAIT: "wait",
+  CLAIM: "claim",
+});
+
+// The problems a client answers with (PROBLEMS' keys).
+const ProblemName = Object.freeze({
+  MISSING_KEY: "missing_key",
+  INVALID_KEY: "invalid_key",
+  KEY_REUSED: "key_reused",
+  IN_PROGRESS: "in_progress",
+  COOLDOWN: "cooldown",
+  NOT_REPLAYABLE: "not_replayable",
+  EXPIRED: "expired",
+  REQUEST_TOO_LARGE: "request_too_large",
+  STORE_UNAVAILABLE: "store_unavailable",
+  POOL_EXHAUSTED: "pool_exhausted",
+  PRINCIPAL_MISSING: "principal_missing",
+  OUTCOME_UNKNOWN: "outcome_unknown",
+});
+
+// The claim's lifecycle events (metrics' onEvent).
+const Event = Object.freeze({
+  CLAIMED: "claimed",
+  RECOVERED_TTL: "recovered_ttl",
+  RECOVERED_ABANDONED: "recovered_abandoned",
+  PENDING_WAIT: "pending_wait",
+  RETRYABLE_COOLDOWN: "retryable_cooldown",
+  LEASE_STOLEN: "lease_stolen",
+  FINALIZE_ERROR: "finalize_error",
+  RELEASE_ERROR: "release_error",
+  UNKNOWN_OUTCOME: "unknown_outcome",
+  FINALIZED: "finalized",
+  POOL_EXHAUSTED: "pool_exhausted",
+});
+
+// The HTTP status profiles (config.profile).
+const Profile = Object.freeze({
+  IETF: "ietf",
+  CONFLICT409: "conflict409",
+});
+
+const EVENTS = Object.freeze(Object.values(Event));
+
+// What a Config is when it is told nothing (durations in milliseconds).
+const DEFAULTS = Object.freeze({
+  lease_ms: 30000,
+  renew_divisor: 3,
+  follower_wait_budget_ms: 5000,
+  poll_min_ms: 50,
+  poll_max_ms: 1000,
+  poll_jitter: 0.25,
+  retry_after_ms: 1000,
+  failure_cooldown_ms: 2000,
+  max_request_body_bytes: 1048576,
+  max_cacheable_response_bytes: 2097152,
+  max_iterations: 100,
+  transaction_attempts: 3,
+  profile: "ietf",
+  client_errors: "release",
+  wait_slice_ms: 100,
+  pooled_wait_slice_ms: 200,
+});
+// What a Config may not be.
+const LIMITS = Object.freeze({
+  min_lease_ms: 10,
+  max_lease_ms: 86400000,
+  client_errors: ["release", "store"],
+});
+
+// The header a replayed answer carries (value 'true').
+const REPLAYED_HEADER = "Idempotent-Replayed";
+// Response headers kept for replay unless configured otherwise.
+const DEFAULT_REPLAY_HEADERS = Object.freeze(["content-type", "content-disposition", "content-language", "cache-control", "etag", "location"]);
+// Never stored, whatever the configuration says; nor a header whose
+// lower-case name contains one of the parts.
+const NEVER_STORED_HEADERS = Object.freeze(["set-cookie", "set-cookie2", "cookie", "authorization", "proxy-authorization", "www-authenticate", "proxy-authenticate", "x-api-key", "x-csrf-token", "x-xsrf-token"]);
+const NEVER_STORED_HEADER_PARTS = Object.freeze(["cookie", "session", "token", "authoriz", "authenticat"]);
+
+// The metrics' series: prom-client takes the exported name, with _total.
+const METRICS = Object.freeze({
+  requests: Object.freeze({ name: "idem_client_requests_total", help: "Requests through the pg_idem runner, by outcome.", label: "outcome" }),
+  events: Object.freeze({ name: "idem_client_events_total", help: "Claim lifecycle events seen by the pg_idem runner.", label: "event" }),
+});
+
+// The target a namespace makes: the namespace, " ", the target (undefined: no namespace).
+function namespacedTarget(namespace, target) {
+  return namespace === undefined || namespace === null ? target : `${namespace} ${target}`;
 }
 
 // ---- messaging: the inbox's answers, a consumer's results, the relay ----
@@ -159,10 +283,13 @@ const RELAY_COUNTS = Object.freeze(["claimed", "published", "acked", "lease_lost
 const MESSAGING_METRICS = Object.freeze({"inbox": "idem_client_inbox_messages_total", "inbox_label": "outcome", "inbox_help": "Deliveries handled by the pg_idem inbox consumer, by outcome.", "relay": "idem_client_outbox_events_total", "relay_label": "result", "relay_help": "Outbox events seen by the pg_idem relay, by what became of them."});
 
 module.exports = {
-  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, OLDEST_EXTENSION, VALIDATION_STATUSES,
-  MISSING_PRINCIPAL, POOL, STARTUP,
-  FINALIZE, RELEASE, FAIL, KeyStatus,
+  KEY_DOMAIN, MAX_KEY_BYTES, PROBLEM_BASE, PROFILES, DEPRECATED_PROFILES, OLDEST_EXTENSION,
+  VALIDATION_STATUSES, FINALIZE, RELEASE, FAIL, KeyStatus,
   KEY_STATUS_DESCRIPTIONS, CLIENT_OUTCOMES, PROBLEMS, OUTCOMES, STORAGE_RULES, STORAGE_DEFAULT,
   SQLSTATES, classify,
+  ServerOutcome, ClientOutcome, Action, ProblemName, Event, Profile, EVENTS, DEFAULTS, LIMITS,
+  REPLAYED_HEADER, DEFAULT_REPLAY_HEADERS, NEVER_STORED_HEADERS, NEVER_STORED_HEADER_PARTS,
+  METRICS, namespacedTarget,
+  MISSING_PRINCIPAL, POOL, STARTUP,
   InboxAnswer, InboxOutcome, BrokerAction, INBOX_RESULT_OF, BROKER_ACTION_OF, INBOX_DEFAULT_MAX_ATTEMPTS, INBOX_MAX_ATTEMPTS, NackOutcome, NACK_COUNT, RELAY_COUNTS, MESSAGING_METRICS,
 };

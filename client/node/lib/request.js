@@ -4,6 +4,7 @@
 // handler knows about its claim, and a claim function's row.
 
 const protocol = require('./protocol');
+const { ClientOutcome } = require('./protocol');
 const { problems, protocolProblem } = require('./http');
 const { KeyStatus, cacheKey, checkKeyHeader, requestHash } = require('./key');
 
@@ -44,7 +45,7 @@ function normalizeRequest(req) {
 }
 
 function result() {
-  return { response: null, outcome: 'failed', handlerRan: false, replayed: false, leaseStolen: false,
+  return { response: null, outcome: ClientOutcome.FAILED, handlerRan: false, replayed: false, leaseStolen: false,
     outcomeUnknown: false, generation: 0n, error: null };
 }
 
@@ -56,7 +57,7 @@ function result() {
 function prepareRun(raw, config, now, noPrincipal) {
   const req = normalizeRequest(raw);
   const p = config.profile;
-  const early = (response, outcome = 'rejected') => ({ early: { ...result(), response, outcome } });
+  const early = (response, outcome = ClientOutcome.REJECTED) => ({ early: { ...result(), response, outcome } });
   const ks = checkKeyHeader(req.keys);
   if ((ks !== KeyStatus.ABSENT || req.keyRequired) && !req.principal) {
     noPrincipal();
@@ -68,7 +69,8 @@ function prepareRun(raw, config, now, noPrincipal) {
   if (ks === KeyStatus.ABSENT) return { c: null };
   return {
     c: {
-      ck: cacheKey(req.principal, req.method, req.target, req.keys[0]),
+      // The namespace goes where the protocol says (the same key in every client).
+      ck: cacheKey(req.principal, req.method, protocol.namespacedTarget(config.namespace, req.target), req.keys[0]),
       rh: requestHash(req.fingerprint),
       deadline: now + config.followerWaitBudget,
       iterations: 0,

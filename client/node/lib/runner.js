@@ -1,16 +1,16 @@
 'use strict';
 // The single-flight runner over node-postgres: claim, lease renewal, follower
-// wait, status matrix, replay, and the two exactly-once modes. A request
-// holds a pooled client only while it talks to the server: not while its
-// handler runs (lease, fenced: renewal takes a client per renewal) and not
-// while it waits as a follower (between wait slices), so neither a storm
-// of duplicates nor handlers using the same pool can starve it. The protocol is the C++ client's
-// (client/cpp/src/runner.cpp) without the advisory-lock wake-up: followers
-// use the server-side wait, idem_claim(..., max_wait), when the server has
-// the 4-argument function (checked once per runner), and poll idem_lookup
-// with jittered backoff otherwise. Every query is unnamed (no `name:`), so
-// the runner works behind a transaction-mode pooler; set_config(..., true)
-// is local to its statement's transaction: no session state is left.
+// wait, status matrix, replay, and the two exactly-once modes. A request holds a
+// pooled client only while it talks to the server: not while its handler runs (lease,
+// fenced: renewal takes a client per renewal) and not while it waits as a follower
+// (between wait slices), so neither a storm of duplicates nor handlers using the same
+// pool can starve it. The protocol is the C++ client's (client/cpp/src/runner/runner.cpp)
+// without the advisory-lock wake-up: followers use the server-side wait, idem_claim(...,
+// max_wait), when the server has it (0.3.0; not with serverWait: false), and poll
+// idem_lookup with jittered backoff otherwise. The claims pass lock_wait where the server
+// takes it (0.6.0), and set lock_timeout around the call on older servers (./statements,
+// legacy). Every query is unnamed (no `name:`): it works behind a transaction-mode pooler
+// and leaves no session state. Names are the protocol's constants (./protocol, generated).
 
 const pg = require('pg');
 const { Config } = require('./config');
@@ -18,9 +18,9 @@ const { poolOptions } = require('./conninfo');
 const { FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, asResponse, classify, headersFromJson, makeResponse,
   problems, protocolProblem } = require('./http');
 const protocol = require('./protocol');
-const { OUTCOMES } = protocol;
+const { OUTCOMES, Action, ClientOutcome, Event, ProblemName, ServerOutcome } = protocol;
 const { TYPES, beginText, statements, parseSizeSetting } = require('./statements');
-const { Keeper, lockTimeoutText, msText } = require('./keeper');
+const { Keeper, lockWaitText, msText } = require('./keeper');
 const { checkSetup, routerRefusal } = require('./setup');
 const { Claims, isPoolExhausted } = require('./pool');
 const { startUp } = require('./startup');
@@ -63,6 +63,11 @@ class Runner {
   // {claim, begin}: whether the server waits for followers itself (null before the first check).
   get serverWait() {
     return this.setup ? this.setup.serverWait : null;
+  }
+
+  // The claims and the renewal in the form the server takes (after the first check).
+  get calls() {
+    return this.setup && this.setup.lockWait ? this.sql : this.sql.legacy;
   }
 
   // The start-up check, to await before listening: the first-use check
@@ -116,12 +121,12 @@ class Runner {
     try {
       res = await run();
     } catch (e) {
-      if (m && m.onOutcome) m.onOutcome('failed'); // the handler threw: the caller sees the error
+      if (m && m.onOutcome) m.onOutcome(ClientOutcome.FAILED); // the handler threw: the caller sees the error
       throw e;
     }
     if (res.error) this.reporter.report(res.error);
-    if (res.leaseStolen) this.event('lease_stolen');
-    if (res.outcomeUnknown) this.event('unknown_outcome');
+    if (res.leaseStolen) this.event(Event.LEASE_STOLEN);
+    if (res.outcomeUnknown) this.event(Event.UNKNOWN_OUTCOME);
     if (m && m.onOutcome) m.onOutcome(res.outcome);
     return res;
   }
@@ -172,7 +177,7 @@ class Runner {
       return this.answer(c, protocolProblem(protocol.POOL.problem, this.config.profile, { retryMs: this.config.retryAfter }),
         protocol.POOL.result);
     }
-    return this.answer(c, problems.storeUnavailable(this.config.profile, this.config.retryAfter), 'failed');
+    return this.answer(c, problems.storeUnavailable(this.config.profile, this.config.retryAfter), ClientOutcome.FAILED);
   }
 
   timedOut(c) {
@@ -203,9 +208,9 @@ class Runner {
     if (wait && caps.claim) {
       // The server's own wait, one slice at a time; lock_timeout only guards it.
       const slice = Math.min(rem, this.config.waitSlice);
-      return this.parseRow(await this.q(client, this.sql.claimWait, [lockTimeoutText(slice + 1000), c.ck, c.rh, lease, msText(slice)]));
+      return this.parseRow(await this.q(client, this.calls.claimWait, [c.ck, c.rh, lease, msText(slice), lockWaitText(slice + 1000)]));
     }
-    return this.parseRow(await this.q(client, this.sql.claim, [lockTimeoutText(rem), c.ck, c.rh, lease]));
+    return this.parseRow(await this.q(client, this.calls.claim, [c.ck, c.rh, lease, lockWaitText(rem)]));
   }
 
   async lookup(c, client) {
@@ -215,16 +220,16 @@ class Runner {
   // A follower's answer, or 'wait' / 'claim'.
   onRow(c, row) {
     const o = OUTCOMES[row.outcome];
-    if (!o || o.action === 'run') throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
-    if (o.action === 'replay') {
+    if (!o || o.action === Action.RUN) throw new Error(`pg-idem: unexpected claim outcome '${row.outcome}'`);
+    if (o.action === Action.REPLAY) {
       const headers = headersFromJson(row.headersJson);
       headers.push([REPLAY_HEADER, 'true']);
       c.res.response = makeResponse(row.status || 200, headers, row.body || Buffer.alloc(0));
       c.res.replayed = true;
       return this.finish(c, o.result);
     }
-    if (o.action === 'answer') {
-      if (o.problem === 'cooldown') this.event('retryable_cooldown');
+    if (o.action === Action.ANSWER) {
+      if (o.problem === ProblemName.COOLDOWN) this.event(Event.RETRYABLE_COOLDOWN);
       const retryMs = row.retryAfter ?? this.config.retryAfter;
       return this.answer(c, protocolProblem(o.problem, this.config.profile, { retryMs }), o.result);
     }
@@ -240,8 +245,8 @@ class Runner {
       return this.unavailable(c, e);
     }
     if (typeof n === 'object') return n;
-    if (n === 'claim') return { claim: true, wait: false };
-    if (!c.waited) this.event('pending_wait');
+    if (n === Action.CLAIM) return { claim: true, wait: false };
+    if (!c.waited) this.event(Event.PENDING_WAIT);
     c.waited = true;
     if (now() >= c.deadline) return this.timedOut(c);
     if (serverWait) return { claim: true, wait: true }; // claim again, waiting in the server
@@ -306,7 +311,7 @@ class Runner {
         : await this.q(client, this.sql.release, [c.ck, claimId]);
       if (!row || !row.ok) c.res.leaseStolen = true;
     } catch (e) {
-      this.event('release_error');
+      this.event(Event.RELEASE_ERROR);
       c.res.error = c.res.error || e;
       if (own) own.idemBroken = true;
     } finally {
@@ -359,7 +364,7 @@ class Runner {
       const res = result();
       res.handlerRan = true;
       res.response = asResponse(await handler(new ClaimContext()));
-      res.outcome = 'unguarded';
+      res.outcome = ClientOutcome.UNGUARDED;
       return res;
     }
     try {
@@ -383,14 +388,14 @@ class Runner {
     } catch (e) {
       await keeper.stop();
       await this.giveUp(c, null, row.claimId, FAIL);
-      this.finish(c, 'failed');
+      this.finish(c, ClientOutcome.FAILED);
       throw e;
     }
     await keeper.stop();
     const action = this.storage(resp.status);
     if (action !== FINALIZE) {
       await this.giveUp(c, null, row.claimId, action);
-      c.res.outcome = action === FAIL ? 'failed' : 'won_completed';
+      c.res.outcome = action === FAIL ? ClientOutcome.FAILED : ClientOutcome.WON_COMPLETED;
     } else await this.storeLease(c, null, row, resp);
     // Not stored: the caller is told so, never given a response a retry could not replay.
     c.res.response = c.res.outcomeUnknown ? problems.outcomeUnknown(this.config.profile, this.config.retryAfter) : resp;
@@ -413,7 +418,7 @@ class Runner {
         if (!target) target = fresh = await this.checkout();
         r = await this.q(target, this.sql.finalize, params);
       } catch (e) {
-        this.event('finalize_error');
+        this.event(Event.FINALIZE_ERROR);
         c.res.error = e;
         if (fresh) {
           fresh.idemBroken = true;
@@ -424,25 +429,25 @@ class Runner {
         if (state === 'not_committed') continue;
         if (state === 'unknown') {
           c.res.outcomeUnknown = true;
-          c.res.outcome = 'failed';
+          c.res.outcome = ClientOutcome.FAILED;
         } else if (state === 'lost') {
           c.res.leaseStolen = true;
-          c.res.outcome = 'won_completed';
+          c.res.outcome = ClientOutcome.WON_COMPLETED;
         } else c.res.outcome = state;
         return;
       }
       if (fresh) this.giveBack(fresh);
       if (!r || !r.ok) {
         c.res.leaseStolen = true;
-        c.res.outcome = 'won_completed';
+        c.res.outcome = ClientOutcome.WON_COMPLETED;
         return;
       }
-      this.event('finalized');
-      c.res.outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+      this.event(Event.FINALIZED);
+      c.res.outcome = this.uncached(resp, r.cap) ? ClientOutcome.COMPLETED_UNCACHEABLE : ClientOutcome.WON_COMPLETED;
       return;
     }
     c.res.outcomeUnknown = true;
-    c.res.outcome = 'failed';
+    c.res.outcome = ClientOutcome.FAILED;
   }
 
   // Did a finalize whose connection was lost, or that failed, commit? On a
@@ -454,12 +459,12 @@ class Runner {
     let probe;
     try {
       probe = await this.checkout();
-      const renewed = await this.q(probe, this.sql.renew,
-        [lockTimeoutText(this.config.followerWaitBudget), c.ck, row.claimId, msText(this.config.lease)]);
+      const renewed = await this.q(probe, this.calls.renew,
+        [c.ck, row.claimId, msText(this.config.lease), lockWaitText(this.config.followerWaitBudget)]);
       if (renewed && renewed.ok) return 'not_committed';
       const seen = await this.lookup(c, probe);
-      if (['replay', 'not_replayable'].includes(seen.outcome) && (seen.generation === 0n || seen.generation === row.generation)) {
-        return seen.outcome === 'replay' ? 'won_completed' : 'completed_uncacheable';
+      if ([ServerOutcome.REPLAY, ServerOutcome.NOT_REPLAYABLE].includes(seen.outcome) && (seen.generation === 0n || seen.generation === row.generation)) {
+        return seen.outcome === ServerOutcome.REPLAY ? ClientOutcome.WON_COMPLETED : ClientOutcome.COMPLETED_UNCACHEABLE;
       }
       return 'lost';
     } catch (e) {
@@ -495,7 +500,7 @@ class Runner {
         const resp = asResponse(await handler(tx, new ClaimContext()));
         await tx.query(classify(resp.status) === FAIL ? 'ROLLBACK' : 'COMMIT');
         res.response = resp;
-        res.outcome = 'unguarded';
+        res.outcome = ClientOutcome.UNGUARDED;
         return res;
       } catch (e) {
         await this.rollbackQuietly(tx);
@@ -537,7 +542,7 @@ class Runner {
     const ctx = new ClaimContext(row.generation, row.claimId, c.ck, keeper);
     let todo = 'give_up';
     let action = FAIL;
-    let outcome = 'failed';
+    let outcome = ClientOutcome.FAILED;
     let resp = null;
     let err = null;
     for (let attempt = 1; attempt <= this.config.transactionAttempts; attempt++) {
@@ -573,15 +578,15 @@ class Runner {
           }
           if (action === RELEASE) {
             await tx.query('COMMIT');
-            outcome = 'won_completed';
+            outcome = ClientOutcome.WON_COMPLETED;
             break;
           }
           // The fence: IL001 if the claim is no longer ours, taking the writes down.
           const r = await this.q(tx, this.sql.finalize, this.finalizeParams(c, row.claimId, resp, true));
           committing = true;
           await tx.query('COMMIT');
-          this.event('finalized');
-          outcome = this.uncached(resp, r.cap) ? 'completed_uncacheable' : 'won_completed';
+          this.event(Event.FINALIZED);
+          outcome = this.uncached(resp, r.cap) ? ClientOutcome.COMPLETED_UNCACHEABLE : ClientOutcome.WON_COMPLETED;
           todo = 'done';
           break;
         } catch (e) {
@@ -592,15 +597,15 @@ class Runner {
             break;
           }
           if (transient(e) && attempt < this.config.transactionAttempts) continue;
-          this.event('finalize_error');
+          this.event(Event.FINALIZE_ERROR);
           c.res.error = e;
-          todo = 'pending';
+          todo = 'unsettled';
           if (connectionLost(e)) tx.idemBroken = true;
           if (committing && connectionLost(e)) {
             // The connection went while COMMIT was in flight: read the key, never re-run.
             const state = await this.settle(c, row);
-            if (state === 'won_completed' || state === 'completed_uncacheable') {
-              outcome = this.uncached(resp, undefined) ? 'completed_uncacheable' : state;
+            if (state === ClientOutcome.WON_COMPLETED || state === ClientOutcome.COMPLETED_UNCACHEABLE) {
+              outcome = this.uncached(resp, undefined) ? ClientOutcome.COMPLETED_UNCACHEABLE : state;
               todo = 'done';
             } else if (state === 'lost') todo = 'follow';
           }
@@ -613,19 +618,19 @@ class Runner {
     await keeper.stop();
     if (todo === 'give_up') await this.giveUp(c, null, row.claimId, action);
     if (err) {
-      this.finish(c, 'failed');
+      this.finish(c, ClientOutcome.FAILED);
       throw err;
     }
     if (todo === 'follow') {
       c.deadline = now() + this.config.followerWaitBudget;
       return this.loop(c, (r) => this.winFenced(c, r, handler, isolation), false);
     }
-    if (todo === 'pending') {
+    if (todo === 'unsettled') {
       // Nothing of this run is stored and the key stays ours until its
       // lease runs out; a retry with the same key is answered from it then.
       c.res.outcomeUnknown = true;
       resp = problems.outcomeUnknown(this.config.profile, this.config.retryAfter);
-      outcome = 'failed';
+      outcome = ClientOutcome.FAILED;
     }
     c.res.response = resp;
     return this.finish(c, outcome);
@@ -682,8 +687,8 @@ class Runner {
           const lease = msText(this.config.lease);
           // Duplicates wait inside idem_begin for the first transaction, a slice at a time.
           const values = wait && caps.begin
-            ? [lockTimeoutText(slice + 1000), c.ck, c.rh, lease, msText(slice)]
-            : [lockTimeoutText(rem), c.ck, c.rh, lease];
+            ? [c.ck, c.rh, lease, msText(slice), lockWaitText(slice + 1000)]
+            : [c.ck, c.rh, lease, lockWaitText(rem)];
           // BEGIN, the claim and the handler's savepoint in one flight:
           // node-postgres sends a query without parameters as one
           // simple-protocol Query, which may hold several statements (the
@@ -691,7 +696,7 @@ class Runner {
           // literals there, quoted by node-postgres: two hashes and the
           // runner's own interval texts. A follower rolls the savepoint
           // back with the rest.
-          const text = `${beginText(isolation)}; ${this.sql.beginInline(values)}; SAVEPOINT idem_handler`;
+          const text = `${beginText(isolation)}; ${this.calls.beginInline(values)}; SAVEPOINT idem_handler`;
           inTx = true;
           const rs = await client.query({ text, types: TYPES });
           row = this.parseRow(rs[1].rows[0]);
@@ -727,7 +732,7 @@ class Runner {
           }
           // The handler threw: keep a cooldown, drop its writes.
           await this.keepCooldown(c, client, row.claimId);
-          this.finish(c, 'failed');
+          this.finish(c, ClientOutcome.FAILED);
           throw e;
         }
         // The handler has returned: an error from here on is the store's.
@@ -746,9 +751,9 @@ class Runner {
           }
           await client.query('COMMIT');
           c.res.response = resp;
-          if (action === FINALIZE) this.event('finalized');
-          if (action === FINALIZE) return this.finish(c, this.uncached(resp, setting) ? 'completed_uncacheable' : 'won_completed');
-          return this.finish(c, action === FAIL ? 'failed' : 'won_completed');
+          if (action === FINALIZE) this.event(Event.FINALIZED);
+          if (action === FINALIZE) return this.finish(c, this.uncached(resp, setting) ? ClientOutcome.COMPLETED_UNCACHEABLE : ClientOutcome.WON_COMPLETED);
+          return this.finish(c, action === FAIL ? ClientOutcome.FAILED : ClientOutcome.WON_COMPLETED);
         } catch (e) {
           if (transient(e) && attempts + 1 < this.config.transactionAttempts) {
             attempts++;
@@ -760,14 +765,14 @@ class Runner {
           // Nothing of this request is committed. Keep a cooldown (duplicates
           // waiting in idem_begin are not run at once) and tell the caller
           // that its result was not stored.
-          this.event('finalize_error');
+          this.event(Event.FINALIZE_ERROR);
           c.res.error = e;
           if (connectionLost(e)) {
             c.res.outcomeUnknown = true; // a COMMIT may have been in flight
             client.idemBroken = true;
           }
           await this.keepCooldown(c, client, row.claimId);
-          return this.answer(c, problems.outcomeUnknown(this.config.profile, this.config.retryAfter), 'failed');
+          return this.answer(c, problems.outcomeUnknown(this.config.profile, this.config.retryAfter), ClientOutcome.FAILED);
         }
       }
       if (inTx) await this.rollbackQuietly(client);

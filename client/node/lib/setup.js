@@ -29,8 +29,10 @@ const QUERY = 'SELECT x.extversion AS version, x.nspname AS schema, '
   + "pg_catalog.current_setting('search_path') AS search_path, current_user AS role, "
   + "pg_catalog.array_remove(pg_catalog.array_agg(DISTINCT CASE WHEN p.proname OPERATOR(pg_catalog.=) ANY ($1::name[]) AND NOT "
   + "pg_catalog.has_function_privilege(p.oid, 'EXECUTE') THEN p.proname::text END), NULL) AS denied, "
-  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_claim' AND p.pronargs OPERATOR(pg_catalog.=) 4), false) AS claim_wait, "
-  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_begin' AND p.pronargs OPERATOR(pg_catalog.=) 4), false) AS begin_wait, "
+  // max_wait (0.3.0: a fourth argument) and lock_wait (0.6.0: a fifth).
+  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_claim' AND p.pronargs OPERATOR(pg_catalog.>=) 4), false) AS claim_wait, "
+  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_begin' AND p.pronargs OPERATOR(pg_catalog.>=) 4), false) AS begin_wait, "
+  + "coalesce(bool_or(p.proname OPERATOR(pg_catalog.=) 'idem_claim' AND p.pronargs OPERATOR(pg_catalog.=) 5), false) AS lock_wait, "
   + '(SELECT s.setting || coalesce(s.unit, \'\') FROM pg_catalog.pg_settings s '
   + "WHERE s.name OPERATOR(pg_catalog.=) 'idem.max_lease') AS max_lease, "
   // idem_edition() (0.6.0): 'c' or 'sql'; the SQL edition's plain script
@@ -67,9 +69,9 @@ function settingMs(text) {
 }
 
 // Checks the server for this configuration on a connection; returns
-// {version, schema, serverWait: {claim, begin}, maxLease, router, edition}
-// (edition: 'c' for the library, 'sql' for the SQL edition, null through a
-// router) or throws SetupError.
+// {version, schema, serverWait: {claim, begin}, lockWait, maxLease, router,
+// edition} (edition: 'c' for the library, 'sql' for the SQL edition, null
+// through a router) or throws SetupError.
 async function checkSetup(client, config) {
   const r = await client.query({ text: QUERY, values: [FUNCTIONS] });
   const row = r.rows[0];
@@ -118,7 +120,8 @@ async function checkSetup(client, config) {
     const e = await client.query(`SELECT "${row.schema.replace(/"/g, '""')}".idem_edition() AS edition`);
     edition = e.rows[0].edition;
   }
-  return { version: row.version, schema: row.schema, serverWait, maxLease, router, edition };
+  return { version: row.version, schema: row.schema, serverWait, lockWait: Boolean(row.lock_wait), maxLease, router,
+    edition };
 }
 
 // Fenced and in-transaction modes need the handler's transaction on the

@@ -1,7 +1,12 @@
 'use strict';
 // The runner's SQL: unnamed statements only (no `name:`), so that they work
-// behind a transaction-mode pooler; set_config(..., true) is local to its
-// statement's transaction, so no session state is left behind.
+// behind a transaction-mode pooler. The claims and the renewal pass
+// lock_wait, the longest each wait on another transaction's lock on the key
+// may last: as an argument where the server takes it (pg_idem 0.6.0; the
+// server sets it for the call only), and in `legacy`, for older servers, as
+// lock_timeout set with set_config(..., true), local to the statement's
+// transaction (idem_begin's sets the caller's value back). No session state
+// is left behind either way.
 
 const pg = require('pg');
 
@@ -28,29 +33,27 @@ function statements(schema) {
   const p = schema ? `${quoteIdent(schema)}.` : '';
   const cols = 'SELECT r.outcome, r.claim_id::text, r.generation, ceil(extract(epoch FROM r.retry_after) * 1000)::int8 AS retry_ms, '
     + 'r.response_status, r.response_headers::text, r.response_body';
-  const lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s CROSS JOIN LATERAL ";
-  const lease = 'CASE WHEN s.lt IS NOT NULL THEN $4::interval END';
-  // idem_begin's statements with their arguments in $1..$5 (a bind
-  // parameter each) or as literals (sent in one simple-protocol Query with
-  // BEGIN: ./runner.js, inTxLoop).
-  const begin = (a) => `${cols}, pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT `
-    + `pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', ${a[0]}, true) AS lt) s `
-    + `CROSS JOIN LATERAL ${p}idem_begin(${a[1]}::bytea, ${a[2]}::bytea, CASE WHEN s.lt IS NOT NULL THEN ${a[3]}::interval END`
-    + `${a.length > 4 ? `, ${a[4]}::interval` : ''}) r`;
+  // A claim's arguments: (cache key, request hash, lease, [max_wait,]
+  // lock_wait) in $1..$5 (a bind parameter each) or as literals (idem_begin,
+  // sent in one simple-protocol Query with BEGIN: ./runner.js, inTxLoop),
+  // the same in both forms; without a wait, max_wait is NULL.
+  const call = (fn, a) => `${cols} FROM ${p}${fn}(${a[0]}::bytea, ${a[1]}::bytea, ${a[2]}::interval, `
+    + `${a.length > 4 ? `${a[3]}::interval` : 'NULL::interval'}, ${a[a.length - 1]}::interval) r`;
   const params = (n) => Array.from({ length: n }, (_, i) => `$${i + 1}`);
+  const begin = (a) => call('idem_begin', a);
   return {
-    // lock_timeout is set before idem_claim runs (the LATERAL reference orders them).
-    claim: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}) r`,
-    claimWait: `${cols}${lt}${p}idem_claim($2::bytea, $3::bytea, ${lease}, $5::interval) r`,
+    legacy: legacyStatements(p, cols, params),
+    claim: call('idem_claim', params(4)),
+    claimWait: call('idem_claim', params(5)),
     lookup: `${cols} FROM ${p}idem_lookup($1::bytea, $2::bytea) r`,
-    // In the caller's transaction: the budget as lock_timeout for idem_begin only.
+    // In the caller's transaction: lock_wait holds for idem_begin only.
     begin: begin(params(4)),
     beginWait: begin(params(5)),
     // The same with the values in the text: only hashes and the runner's own
     // interval texts, never the request's or the response's content.
     beginInline: (values) => begin(values.map(literal)),
-    renew: `SELECT CASE WHEN s.lt IS NOT NULL THEN ${p}idem_renew($2::bytea, $3::uuid, $4::interval) IS NOT NULL END AS ok`
-      + " FROM (SELECT pg_catalog.set_config('lock_timeout', $1, true) AS lt) s",
+    // (cache key, claim id, lease, lock_wait)
+    renew: `SELECT ${p}idem_renew($1::bytea, $2::uuid, $3::interval, $4::interval) IS NOT NULL AS ok`,
     // Over the client's cap the server records "completed, not replayable"
     // with idem.max_response_bytes at 0 for this transaction and one byte.
     finalize: `SELECT ${p}idem_finalize($1::bytea, $2::uuid, $3::int4, $4::jsonb, $5::bytea, $6::boolean) AS ok, `
@@ -58,11 +61,6 @@ function statements(schema) {
       + "pg_catalog.set_config('idem.max_response_bytes', '0', true) END AS forced) s",
     release: `SELECT ${p}idem_release($1::bytea, $2::uuid) AS ok`,
     fail: `SELECT ${p}idem_fail($1::bytea, $2::uuid, $3::interval) AS ok`,
-    capabilities: "SELECT coalesce(bool_or(p.proname = 'idem_claim' AND p.pronargs = 4), false) AS claim, "
-      + "coalesce(bool_or(p.proname = 'idem_begin' AND p.pronargs = 4), false) AS begin "
-      + 'FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d ON d.refclassid = \'pg_catalog.pg_extension\'::pg_catalog.regclass '
-      + "AND d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass "
-      + "JOIN pg_catalog.pg_proc p ON p.oid = d.objid WHERE e.extname = 'pg_idem'",
   };
 }
 
@@ -82,6 +80,29 @@ function beginText(isolation) {
   const level = ISOLATION[String(isolation).toLowerCase()];
   if (!level) throw new TypeError(`unknown isolation level ${isolation}`);
   return `BEGIN ISOLATION LEVEL ${level}`;
+}
+
+// The claims and the renewal for pg_idem 0.3.0 - 0.5.x, which have no
+// lock_wait: the same arguments, lock_wait set as lock_timeout before the
+// call runs (the LATERAL reference orders them). It goes when
+// OLDEST_EXTENSION reaches 0.6.0.
+function legacyStatements(p, cols, params) {
+  const lt = (lock) => ` FROM (SELECT pg_catalog.set_config('lock_timeout', ${lock}, true) AS lt) s CROSS JOIN LATERAL `;
+  const args = (a) => `(${a[0]}::bytea, ${a[1]}::bytea, CASE WHEN s.lt IS NOT NULL THEN ${a[2]}::interval END`
+    + `${a.length > 4 ? `, ${a[3]}::interval` : ''}) r`;
+  const claim = (a) => `${cols}${lt(a[a.length - 1])}${p}idem_claim${args(a)}`;
+  const begin = (a) => `${cols}, pg_catalog.set_config('lock_timeout', s.old, true) AS restored FROM (SELECT `
+    + `pg_catalog.current_setting('lock_timeout') AS old, pg_catalog.set_config('lock_timeout', ${a[a.length - 1]}, true) AS lt) s `
+    + `CROSS JOIN LATERAL ${p}idem_begin${args(a)}`;
+  return {
+    claim: claim(params(4)),
+    claimWait: claim(params(5)),
+    begin: begin(params(4)),
+    beginWait: begin(params(5)),
+    beginInline: (values) => begin(values.map(literal)),
+    renew: `SELECT CASE WHEN s.lt IS NOT NULL THEN ${p}idem_renew($1::bytea, $2::uuid, $3::interval) IS NOT NULL END AS ok`
+      + " FROM (SELECT pg_catalog.set_config('lock_timeout', $4, true) AS lt) s",
+  };
 }
 
 module.exports = { TYPES, beginText, statements, parseSizeSetting, quoteIdent, literal };

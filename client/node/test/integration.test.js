@@ -69,11 +69,11 @@ test.describe('against the server', { skip }, () => {
     assert.equal(typeof (await pool.query('SELECT 1::int8 AS n')).rows[0].n, 'string');
   });
 
-  test('another body: 422 (IETF) / 409 (seed)', async () => {
+  test('another body: 422 (IETF) / 409 (conflict409)', async () => {
     const k = key();
     await new Runner(pool).run(req(k), ok());
     assert.equal((await new Runner(pool).run(req(k, 'other'), ok())).response.status, 422);
-    assert.equal((await new Runner(pool, { profile: 'seed' }).run(req(k, 'other'), ok())).response.status, 409);
+    assert.equal((await new Runner(pool, { profile: 'conflict409' }).run(req(k, 'other'), ok())).response.status, 409);
   });
 
   test('absent key: unguarded, or 400 when required', async () => {
@@ -125,7 +125,7 @@ test.describe('against the server', { skip }, () => {
     assert.equal(results.filter((x) => x.replayed).length, 7);
   });
 
-  test('past the wait budget: 409 + Retry-After (IETF), 503 (seed)', async () => {
+  test('past the wait budget: 409 + Retry-After (IETF), 503 (conflict409)', async () => {
     const k = key();
     // The slow winner holds the key until both followers have answered, so
     // their waits end with their budgets, not with the winner (no upper
@@ -141,7 +141,7 @@ test.describe('against the server', { skip }, () => {
     const t0 = performance.now();
     const r = await new Runner(pool, { followerWaitBudget: 300 }).run(req(k), ok());
     const waited = performance.now() - t0;
-    const s = await new Runner(pool, { followerWaitBudget: 200, profile: 'seed' }).run(req(k), ok());
+    const s = await new Runner(pool, { followerWaitBudget: 200, profile: 'conflict409' }).run(req(k), ok());
     const slowStillRunning = !slowDone;
     release();
     await slow;
@@ -271,6 +271,9 @@ test.describe('against the server', { skip }, () => {
     await r.run(req(key()), ok());
     const has4 = (await db.query("SELECT count(*) > 0 AS b FROM pg_proc WHERE proname = 'idem_claim' AND pronargs = 4")).rows[0].b;
     assert.equal(r.serverWait.claim, has4);
+    const has5 = (await db.query("SELECT count(*) > 0 AS b FROM pg_proc WHERE proname = 'idem_claim' AND pronargs = 5")).rows[0].b;
+    assert.ok(has5, 'the current extension takes lock_wait');
+    assert.equal(r.calls, r.sql, 'and the runner passes it');
     const polling = new Runner(pool, { serverWait: false });
     await polling.run(req(key()), ok());
     assert.deepEqual(polling.serverWait, { claim: false, begin: false });

@@ -113,3 +113,47 @@ test.describe('server-side follower wait', { skip }, () => {
     assert.equal(await waits(), before);
   });
 });
+
+// A follower whose claim waits on an in-transaction winner's uncommitted key
+// gives up with its budget, answered in progress while the winner still
+// runs: lock_wait as an argument on the current extension, lock_timeout set
+// around the call on 0.5.0's (the legacy form).
+for (const version of ['current', '0.5.0']) {
+  test.describe(`a lock wait ends with the budget (${version})`, { skip }, () => {
+    const db = `idem_node_lock_${version.replace(/\./g, '_')}`;
+    let pool;
+    test.before(async () => {
+      pool = new pg.Pool({ ...(await createDatabase(db, version === 'current' ? undefined : version)), max: 10 });
+      pool.on('error', () => {});
+    });
+    test.after(async () => {
+      await pool.end();
+      await dropDatabase(db);
+    });
+
+    test('answered in progress while the winner runs', async () => {
+      const r = req('/lock');
+      let holding;
+      let release;
+      const held = new Promise((ok) => { holding = ok; });
+      const released = new Promise((ok) => { release = ok; });
+      const winner = new Runner(pool).runInTransaction(r, async () => {
+        holding();
+        await released;
+        return { status: 201, body: 'winner' };
+      });
+      await held;
+      const follower = new Runner(pool, { followerWaitBudget: 400 });
+      let settled = false;
+      winner.then(() => { settled = true; });
+      const res = await follower.run(r, async () => ({ status: 201, body: 'follower' }));
+      const winnerStillRunning = !settled;
+      release();
+      await winner;
+      assert.equal(follower.calls === follower.sql, version === 'current', 'lock_wait where the server takes it');
+      assert.equal(res.response.status, 409);
+      assert.ok(!res.handlerRan);
+      assert.ok(winnerStillRunning);
+    });
+  });
+}

@@ -8,7 +8,8 @@ const { poolOptions } = require('../lib/conninfo');
 
 const DSN = process.env.PG_IDEM_TEST_DSN;
 
-async function createDatabase(name) {
+// version: the extension's (its newest unless given).
+async function createDatabase(name, version) {
   const admin = new pg.Client(poolOptions(DSN));
   await admin.connect();
   await admin.query('SET client_min_messages = warning');
@@ -18,7 +19,7 @@ async function createDatabase(name) {
   const options = { ...poolOptions(DSN), database: name };
   const setup = new pg.Client(options);
   await setup.connect();
-  await setup.query('CREATE EXTENSION pg_idem');
+  await setup.query(version ? `CREATE EXTENSION pg_idem VERSION '${version}'` : 'CREATE EXTENSION pg_idem');
   await setup.query('CREATE TABLE effects (k text, generation bigint, note text)');
   await setup.end();
   return options;

@@ -82,9 +82,9 @@ test('problem details per profile', () => {
   assert.deepEqual(r.headers, [['Content-Type', 'application/problem+json'], ['Retry-After', '1']]);
   assert.equal(body.status, 409);
   assert.match(body.type, /^urn:pg-idem:problem:/);
-  assert.equal(p.inProgress('seed', 1000).status, 503);
+  assert.equal(p.inProgress('conflict409', 1000).status, 503);
   assert.equal(p.keyReused('ietf').status, 422);
-  assert.equal(p.keyReused('seed').status, 409);
+  assert.equal(p.keyReused('conflict409').status, 409);
   assert.equal(p.cooldown('ietf', 1500).headers[1][1], '2');
   assert.equal(p.notReplayable('ietf').status, 409);
   assert.equal(p.expired('ietf').status, 410);

@@ -7,14 +7,16 @@ import dataclasses
 import random
 import time
 
+from . import protocol
 from .http import Response
 from .key import cache_key, request_hash
+from .protocol import ClientOutcome as Out
 
-# The longest a follower waits inside one idem_claim / idem_begin call.
-# 0.1 s: behind PgBouncer (pool 5) 20 duplicates of a 300 ms handler were
-# answered after 0.62-0.70 s (0.47-0.63 s direct); 0.25 s took 1.1 s, and a
-# whole budget's wait 15 s with 409s.
-WAIT_SLICE = 0.1
+# The longest a follower waits inside one idem_claim / idem_begin call
+# (protocol.toml says why). Measured: behind PgBouncer (pool 5) 20 duplicates
+# of a 300 ms handler were answered after 0.62-0.70 s with 0.1 s (0.47-0.63 s
+# direct); 0.25 s took 1.1 s, and a whole budget's wait 15 s with 409s.
+WAIT_SLICE = protocol.DEFAULTS["wait_slice_ms"] / 1000.0
 ISOLATION = {None: None, "read committed": "READ COMMITTED", "repeatable read": "REPEATABLE READ",
              "serializable": "SERIALIZABLE"}
 
@@ -65,17 +67,14 @@ class ClaimContext:
 class RunResult:
     """response is what to send; the rest says what happened."""
     response: Response = None
-    outcome: str = "failed"   # won_completed replay conflict timeout failed
-    #                           completed_uncacheable unguarded rejected
+    outcome: str = Out.FAILED  # a protocol.ClientOutcome
     handler_ran: bool = False
     replayed: bool = False
     lease_stolen: bool = False
     outcome_unknown: bool = False
     generation: int = 0
     error: BaseException = None
-    # The claim's lifecycle events in this run (the metrics' event label):
-    # claimed recovered_ttl recovered_abandoned pending_wait retryable_cooldown
-    # lease_stolen finalize_error release_error unknown_outcome finalized
+    # The claim's lifecycle events in this run (protocol.Event, the metrics' event label).
     events: list = dataclasses.field(default_factory=list)
 
 
@@ -83,12 +82,11 @@ class _Call:
     """Per request state."""
 
     def __init__(self, cfg, req):
-        # The namespace (a service's name, no spaces) prefixes the target,
-        # "payments /orders", as in the Node client, so replicas of one
-        # service in two languages share their keys; no raw target has a
-        # space, so it is no other pair's.
-        target = req.target if cfg.namespace is None else cfg.namespace + " " + req.target
-        self.ck = cache_key(req.principal, req.method, target, req.keys[0])
+        # The namespace (a service's name) goes where protocol.toml says,
+        # as in the other clients, so replicas of one service in two
+        # languages share their keys.
+        self.ck = cache_key(req.principal, req.method, protocol.namespaced_target(cfg.namespace, req.target),
+                            req.keys[0])
         self.rh = request_hash(req.body if cfg.fingerprint is None else cfg.fingerprint(req.body))
         self.deadline = time.monotonic() + cfg.follower_wait_budget
         self.iterations = 0

@@ -51,10 +51,13 @@ def preflight_sql():
         "(SELECT pg_catalog.string_agg(DISTINCT p.proname, ', ' ORDER BY p.proname) "
         "   FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid AND p.proname IN (" + fn_list + ") "
         "    AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), "
+        # max_wait (0.3.0: a fourth argument) and lock_wait (0.6.0: a fifth).
         "EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid "
-        "        AND p.proname = 'idem_claim' AND p.pronargs = 4), "
+        "        AND p.proname = 'idem_claim' AND p.pronargs >= 4), "
         "EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid "
-        "        AND p.proname = 'idem_begin' AND p.pronargs = 4), "
+        "        AND p.proname = 'idem_begin' AND p.pronargs >= 4), "
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = n.oid "
+        "        AND p.proname = 'idem_claim' AND p.pronargs = 5), "
         "(SELECT s.setting::float8 * CASE s.unit WHEN 'ms' THEN 0.001 WHEN 's' THEN 1 WHEN 'min' THEN 60 END "
         "   FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
         "current_user, "
@@ -78,16 +81,16 @@ def _version(text):
 
 
 def verify(row, cfg, database):
-    """(server waits for claims, for begins, is a PL/Proxy router, the
-    schema to ask idem_edition() in or None) if the row shows a usable
-    extension; raises StoreMisconfigured with the fix otherwise."""
+    """(server waits for claims, for begins, takes lock_wait, is a PL/Proxy
+    router, the schema to ask idem_edition() in or None) if the row shows a
+    usable extension; raises StoreMisconfigured with the fix otherwise."""
     if row is None:
         raise StoreMisconfigured(
             "the extension pg_idem is not installed in the database %s (nor is it a PL/Proxy router: "
             "no idem_claim on the search_path)" % database,
             "run CREATE EXTENSION pg_idem (as a superuser; see the README's Getting started)")
     # On a SQL_ASCII database psycopg hands text columns over as bytes.
-    version, schema, on_path, usage, denied, claim_wait, begin_wait, max_lease, user, has_edition = (
+    version, schema, on_path, usage, denied, claim_wait, begin_wait, lock_wait, max_lease, user, has_edition = (
         bytes(v).decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else v for v in row)
     # No version: a router, whose partitions' versions it does not show
     # (docs/guides/sharding.md), or the SQL edition's plain script (it has
@@ -114,7 +117,8 @@ def verify(row, cfg, database):
         raise StoreMisconfigured(
             "Config.lease is %g s, over the server's idem.max_lease (%g s)" % (cfg.lease, max_lease),
             "durations in pg_idem.Config are seconds (or datetime.timedelta): pass a shorter lease")
-    return bool(claim_wait), bool(begin_wait), version is None and not has_edition, schema if has_edition else None
+    return (bool(claim_wait), bool(begin_wait), bool(lock_wait), version is None and not has_edition,
+            schema if has_edition else None)
 
 
 def edition_sql(schema):

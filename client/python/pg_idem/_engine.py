@@ -4,10 +4,16 @@ Every step is a generator that yields the I/O it needs (a statement, a
 connection, a sleep, the handler's call, the lease keeper) to a driver:
 pg_idem.runner drives it with blocking calls and a renewal thread,
 pg_idem.aio with awaits and a renewal task. The protocol is the C++
-client's (client/cpp/src/runner.cpp) without the advisory-lock wake-up:
+client's (client/cpp/src/runner/runner.cpp) without the advisory-lock wake-up:
 followers use the server-side wait, idem_claim(..., max_wait), when the
-server has the 4-argument function, and poll idem_lookup with jittered
-backoff otherwise.
+server has it (0.3.0 and newer; not with Config(server_wait=False)), and
+poll idem_lookup with jittered backoff otherwise. The claims pass
+lock_wait as an argument where the server takes it (0.6.0 and newer) and
+set lock_timeout around the call on older servers (_statements._Legacy).
+
+The names of outcomes, events and problems are the protocol's constants
+(pg_idem.protocol, generated from extension/protocol/protocol.toml), never
+string literals: the static suite refuses a literal copy.
 """
 
 import threading
@@ -18,6 +24,7 @@ import psycopg
 from . import protocol
 from ._checks import Reporter, describe_edition, edition_sql, log, router_refusal, verify
 from ._pool import is_pool_exhausted
+from .protocol import Action, ClientErrors, ClientOutcome as Out, Event, ServerOutcome
 from .config import Config
 from .http import (FAIL, FINALIZE, RELEASE, REPLAY_HEADER, HeaderAllowlist, Response,
                    classify, headers_from_json, problems)
@@ -29,8 +36,8 @@ from ._transactions import TransactionModes
 # The I/O the engine asks its drivers for (the drivers use e.Query, e.unprepared_retry, ...).
 from ._ops import (BACKEND_PID, PREPARED_STATEMENT_ERRORS, Acquire, Batch, CallHandler, Query,  # noqa: F401
                    Release, Sleep, StartKeeper, StopKeeper, pipeline_mode, unprepared_retry)
-# _ms_text, _lock_timeout_text and parse_size_setting are the drivers' and tests' too.
-from ._statements import Statements, _lock_timeout_text, _ms_text, _text, parse_row, parse_size_setting
+# _ms_text, _lock_wait_text and parse_size_setting are the drivers' and tests' too.
+from ._statements import Statements, _lock_wait_text, _ms_text, _text, parse_row, parse_size_setting
 
 
 # How many times a result whose handler has run is sent (each failure
@@ -52,6 +59,7 @@ class Engine(TransactionModes):
         self.allow = HeaderAllowlist(self.cfg.replay_headers)
         self.sql = Statements(self.cfg.schema)
         self.server_wait = None  # (claim, begin) once checked; per runner, i.e. per pool
+        self.lock_wait = False  # the server takes lock_wait (0.6.0), once checked
         self.router = False  # the server is a PL/Proxy router (no extension), once checked
         # The claim connections this runner's requests hold, for an exhausted
         # pool's log line: all of them, and those of waiting duplicates.
@@ -74,7 +82,7 @@ class Engine(TransactionModes):
         if is_pool_exhausted(err):
             return self.exhausted(c, err)
         c.res.error = c.res.error or err
-        return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), "failed")
+        return self.answer(c, problems.store_unavailable(self.cfg.profile, self.cfg.retry_after), Out.FAILED)
 
     def exhausted(self, c, err):
         """No connection of the pool came free: the protocol's pool_exhausted.
@@ -123,7 +131,7 @@ class Engine(TransactionModes):
 
     def timed_out(self, c):
         """The answer of a follower whose wait budget ran out (the protocol's in_progress)."""
-        o = protocol.OUTCOMES["in_progress"]
+        o = protocol.OUTCOMES[ServerOutcome.IN_PROGRESS]
         return self.answer(c, problems.by_name(o.problem, self.cfg.profile, self.cfg.retry_after), o.result)
 
     def prepare(self, req):
@@ -137,11 +145,11 @@ class Engine(TransactionModes):
             self.warn_principal()
             return RunResult(problems.by_name(protocol.MISSING_PRINCIPAL, p), protocol.MISSING_PRINCIPAL_RESULT), None
         if ks is KeyStatus.ABSENT and req.key_required:
-            return RunResult(problems.missing_key(p), "rejected"), None
+            return RunResult(problems.missing_key(p), Out.REJECTED), None
         if ks not in (KeyStatus.ABSENT, KeyStatus.OK):
-            return RunResult(problems.invalid_key(p, ks), "rejected"), None
+            return RunResult(problems.invalid_key(p, ks), Out.REJECTED), None
         if len(req.body) > self.cfg.max_request_body_bytes:
-            return RunResult(problems.request_too_large(p, self.cfg.max_request_body_bytes), "rejected"), None
+            return RunResult(problems.request_too_large(p, self.cfg.max_request_body_bytes), Out.REJECTED), None
         if ks is KeyStatus.ABSENT:
             return None, None
         return None, _Call(self.cfg, req)
@@ -159,18 +167,21 @@ class Engine(TransactionModes):
         422) under Config.client_errors="release" (the default, as Stripe):
         not stored, so that the corrected retry with the same key runs."""
         action = classify(status)
-        if action == FINALIZE and status in protocol.VALIDATION_STATUSES and self.cfg.client_errors == "release":
+        if (action == FINALIZE and status in protocol.VALIDATION_STATUSES
+                and self.cfg.client_errors == ClientErrors.RELEASE):
             return RELEASE
         return action
 
     def capabilities(self, conn, again=False):
         """Checks once per runner (until it passes) that the extension is
-        there, new enough, callable by this role and on its path, and
-        whether the server waits for followers itself; raises
-        StoreMisconfigured with the fix when it is not usable."""
+        there, new enough (or a router has the functions the runner calls),
+        callable by this role and on its path; raises StoreMisconfigured
+        with the fix when it is not usable. (claim, begin): whether the
+        runner lets followers wait in the server."""
         if self.server_wait is None or again:
             t = yield Query(conn, self.sql.preflight, None, False)
-            claim_wait, begin_wait, self.router, edition_schema = verify(t, self.cfg, conn.info.dbname)
+            claim_wait, begin_wait, self.lock_wait, self.router, edition_schema = verify(
+                t, self.cfg, conn.info.dbname)
             if edition_schema is not None:
                 e = yield Query(conn, edition_sql(edition_schema), None, False)
                 self.edition = e[0]
@@ -179,6 +190,11 @@ class Engine(TransactionModes):
                 self.edition = None if self.router else "c"
             self.server_wait = (False, False) if self.cfg.server_wait is False else (claim_wait, begin_wait)
         return self.server_wait
+
+    @property
+    def calls(self):
+        """The claims and the renewal in the form the server takes (after capabilities())."""
+        return self.sql if self.lock_wait else self.sql.legacy
 
     def refuse_router(self, c, mode):
         """The 503 for a mode that cannot go through a PL/Proxy router
@@ -205,10 +221,10 @@ class Engine(TransactionModes):
             return res
         if res.error is not None:
             self.reporter.report(res.error, req)
-        if res.lease_stolen and "lease_stolen" not in res.events:
-            res.events.append("lease_stolen")
-        if res.outcome_unknown and "unknown_outcome" not in res.events:
-            res.events.append("unknown_outcome")
+        if res.lease_stolen and Event.LEASE_STOLEN not in res.events:
+            res.events.append(Event.LEASE_STOLEN)
+        if res.outcome_unknown and Event.UNKNOWN_OUTCOME not in res.events:
+            res.events.append(Event.UNKNOWN_OUTCOME)
         if self.metrics is not None:
             try:
                 self.metrics.on_outcome(res.outcome)
@@ -230,10 +246,10 @@ class Engine(TransactionModes):
             # to store its result (the server wakes a follower the moment
             # the winner commits, so a slice costs no latency).
             part = min(rem, WAIT_SLICE)
-            t = yield Query(conn, self.sql.claim_wait,
-                            (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
+            t = yield Query(conn, self.calls.claim_wait, dict(ck=c.ck, rh=c.rh, lease=lease, wait=_ms_text(part),
+                                                              lock=_lock_wait_text(part + 1.0)))
         else:
-            t = yield Query(conn, self.sql.claim, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+            t = yield Query(conn, self.calls.claim, dict(ck=c.ck, rh=c.rh, lease=lease, lock=_lock_wait_text(rem)))
         return parse_row(t)
 
     def lookup(self, c, conn):
@@ -243,21 +259,21 @@ class Engine(TransactionModes):
         """A follower's answer, or "wait" / "claim": what the protocol's
         OUTCOMES table says a client does with the row's outcome."""
         o = protocol.OUTCOMES.get(row.outcome)
-        if o is None or o.action == "run":
+        if o is None or o.action == Action.RUN:
             # A win is the claim's (loop), never a follower's or a lookup's.
             raise psycopg.DataError("pg_idem: unexpected claim outcome '%s'" % row.outcome)
-        if o.action == "replay":
+        if o.action == Action.REPLAY:
             headers = headers_from_json(row.headers_json)
             headers.append((REPLAY_HEADER, "true"))
             c.res.response = Response(row.status or 200, headers, row.body or b"")
             c.res.replayed = True
             return self.finish(c, o.result)
-        if o.action == "answer":
-            if o.name == "cooldown":
-                c.res.events.append("retryable_cooldown")
+        if o.action == Action.ANSWER:
+            if o.name == ServerOutcome.COOLDOWN:
+                c.res.events.append(Event.RETRYABLE_COOLDOWN)
             ra = row.retry_after if row.retry_after is not None else self.cfg.retry_after
             return self.answer(c, problems.by_name(o.problem, self.cfg.profile, ra), o.result)
-        return o.action  # "wait" or "claim"
+        return o.action  # Action.WAIT or Action.CLAIM
 
     def follow(self, c, row, server_wait):
         """The answer, or (claim?, wait in the server?) for the next round."""
@@ -267,11 +283,11 @@ class Engine(TransactionModes):
             return self.unavailable(c, e)
         if isinstance(n, RunResult):
             return n
-        if n == "claim":
+        if n == Action.CLAIM:
             return (True, False)
         c.following = True
-        if "pending_wait" not in c.res.events:
-            c.res.events.append("pending_wait")
+        if Event.PENDING_WAIT not in c.res.events:
+            c.res.events.append(Event.PENDING_WAIT)
         if time.monotonic() >= c.deadline:
             return self.timed_out(c)
         if server_wait:
@@ -305,7 +321,7 @@ class Engine(TransactionModes):
             except psycopg.Error as e:
                 return self.unavailable(c, e)
             if do_claim and row.won:
-                c.res.events.append(row.outcome)  # claimed, recovered_ttl, recovered_abandoned
+                c.res.events.append(row.outcome)  # a winner's outcome is its event (protocol.toml)
                 return (yield from win(row))
             yield from self.hand_back(c)
             caps = self.server_wait or (False, False)
@@ -328,7 +344,7 @@ class Engine(TransactionModes):
                 c.res.lease_stolen = True
         except psycopg.Error as e:
             c.res.error = c.res.error or e
-            c.res.events.append("release_error")
+            c.res.events.append(Event.RELEASE_ERROR)
         finally:
             if fresh is not None:
                 yield Release(fresh)
@@ -353,12 +369,13 @@ class Engine(TransactionModes):
             c.res.error = c.res.error or e
             return "unknown", None
         try:
-            t = yield Query(conn, self.sql.renew, (c.ck, claim_id, _ms_text(self.cfg.lease),
-                                                   _lock_timeout_text(self.cfg.follower_wait_budget)), False)
+            t = yield Query(conn, self.calls.renew, dict(ck=c.ck, claim=claim_id, lease=_ms_text(self.cfg.lease),
+                                                         lock=_lock_wait_text(self.cfg.follower_wait_budget)), False)
             if t and t[0]:
                 return "not_committed", conn
             row = parse_row((yield Query(conn, self.sql.lookup, (c.ck, c.rh), False)))
-            if row.outcome in ("replay", "not_replayable") and row.generation in (0, generation):
+            if (row.outcome in (ServerOutcome.REPLAY, ServerOutcome.NOT_REPLAYABLE)
+                    and row.generation in (0, generation)):
                 return "committed", conn
             return "lost", conn
         except psycopg.Error as e:
@@ -374,7 +391,7 @@ class Engine(TransactionModes):
         if c is None:
             res = RunResult(handler_ran=True)
             res.response = _as_response((yield CallHandler(handler, (ClaimContext(),))))
-            res.outcome = "unguarded"
+            res.outcome = Out.UNGUARDED
             return res
         try:
             return (yield from self.loop(c, lambda row: self.win_lease(c, c.conn, row, handler)))
@@ -391,7 +408,7 @@ class Engine(TransactionModes):
         except Exception:
             yield StopKeeper(keeper)
             yield from self.give_up(c, conn, row.claim_id, FAIL)
-            self.finish(c, "failed")
+            self.finish(c, Out.FAILED)
             raise
         yield StopKeeper(keeper)
         yield from self.store_lease(c, conn, row, resp)
@@ -404,7 +421,7 @@ class Engine(TransactionModes):
         action = self.classify(resp.status)
         if action != FINALIZE:
             yield from self.give_up(c, conn, row.claim_id, action)
-            c.res.outcome = "failed" if action == FAIL else "won_completed"
+            c.res.outcome = Out.FAILED if action == FAIL else Out.WON_COMPLETED
             return
         params = self.finalize_params(c, row.claim_id, resp, False)
         # The handler has run: whatever goes wrong from here, the key is
@@ -422,7 +439,7 @@ class Engine(TransactionModes):
                 t = yield Query(target, self.sql.finalize, params, prepare)
             except psycopg.Error as e:
                 c.res.error = e
-                c.res.events.append("finalize_error")
+                c.res.events.append(Event.FINALIZE_ERROR)
                 discard = target is not None and (target.broken or _sqlstate(e) in PREPARED_STATEMENT_ERRORS)
                 if fresh is not None:
                     yield Release(fresh, discard)
@@ -436,18 +453,18 @@ class Engine(TransactionModes):
                 if state == "not_committed":
                     continue
                 if state == "committed":
-                    c.res.outcome = "won_completed"
+                    c.res.outcome = Out.WON_COMPLETED
                 elif state == "lost":
-                    c.res.lease_stolen, c.res.outcome = True, "won_completed"
+                    c.res.lease_stolen, c.res.outcome = True, Out.WON_COMPLETED
                 else:
-                    c.res.outcome_unknown, c.res.outcome = True, "failed"
+                    c.res.outcome_unknown, c.res.outcome = True, Out.FAILED
                 return
             if fresh is not None:
                 yield Release(fresh)
             if not t or not t[0]:
-                c.res.lease_stolen, c.res.outcome = True, "won_completed"
+                c.res.lease_stolen, c.res.outcome = True, Out.WON_COMPLETED
                 return
-            c.res.outcome = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
-            c.res.events.append("finalized")
+            c.res.outcome = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, _text(t[1])) else Out.WON_COMPLETED
+            c.res.events.append(Event.FINALIZED)
             return
-        c.res.outcome_unknown, c.res.outcome = True, "failed"
+        c.res.outcome_unknown, c.res.outcome = True, Out.FAILED

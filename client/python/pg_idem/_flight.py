@@ -15,11 +15,13 @@ What psycopg does for a statement is kept: its adapters dump the
 parameters and load the rows (psycopg.adapt.Transformer), an error is
 psycopg's exception for its SQLSTATE (psycopg.errors.error_from_result),
 and the connection's lock is held for the flight. The statements are the
-runner's own, unnamed and unprepared, with %s placeholders only.
+runner's own, with %s placeholders, or %(name)s ones and a dict of
+parameters (the claims').
 """
 
 import asyncio
 import itertools
+import re
 import select
 import weakref
 
@@ -34,6 +36,15 @@ _FATAL = pq.ExecStatus.FATAL_ERROR
 _TUPLES = pq.ExecStatus.TUPLES_OK
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _SQLSTATE = pq.DiagnosticField.SQLSTATE
+
+
+def _positional(sql, params):
+    """%(name)s placeholders and a dict as %s ones and a tuple in their order
+    (a name used twice is sent twice)."""
+    if not isinstance(params, dict):
+        return sql, tuple(params or ())
+    names = re.findall(r"%\((\w+)\)s", sql)
+    return re.sub(r"%\((\w+)\)s", "%s", sql), tuple(params[n] for n in names)
 
 
 def _numbered(sql, n):
@@ -89,12 +100,12 @@ def _one(conn, queries):
     pg.enter_pipeline_mode()
     try:
         for q in queries:
-            params = tuple(q.params or ())
+            text, params = _positional(q.sql, q.params)
             values = types = formats = None
             if params:
                 values = tx.dump_sequence(params, [PyFormat.AUTO] * len(params))
                 types, formats = tx.types, tx.formats
-            sql = _numbered(q.sql, len(params)).encode(encoding)
+            sql = _numbered(text, len(params)).encode(encoding)
             parses.append(None)
             if not _prepares(conn, q):
                 pg.send_query_params(sql, values, types, formats)

@@ -1,5 +1,5 @@
 """The SQL the runner sends and the rows it reads back (the C++ client's
-runner_statements.cpp): statements schema-qualified when configured, the
+src/runner/statements.cpp): statements schema-qualified when configured, the
 arguments' text forms, and the decoding of a claim function's row."""
 
 import dataclasses
@@ -36,8 +36,9 @@ def _ms_text(seconds):
     return "%d milliseconds" % max(1, int(round(seconds * 1000)))
 
 
-def _lock_timeout_text(seconds):
-    # 0 would mean "wait forever".
+def _lock_wait_text(seconds):
+    """The lock_wait argument: what is left of the budget, at least a
+    millisecond (the server rounds up to whole milliseconds)."""
     return "%dms" % max(1, int(round(seconds * 1000)))
 
 
@@ -53,34 +54,32 @@ def parse_size_setting(text):
 
 
 class Statements:
-    """The SQL the runner sends, schema-qualified when configured. Parameters are
-    positional (%s) in text order; set_config(..., true) is local to the
-    statement's transaction, so nothing stays on the session."""
+    """The SQL the runner sends, schema-qualified when configured. The
+    claims and the renewal take named parameters, ck, rh, claim, lease,
+    wait (max_wait) and lock (lock_wait, the longest each wait on another
+    transaction's lock on the key may last), the same in both forms: with
+    lock_wait as an argument (pg_idem 0.6.0 and newer), and in `legacy`
+    the older servers' form, which sets it as lock_timeout with
+    set_config(..., true), local to the statement's transaction (and, for
+    idem_begin in the caller's transaction, sets the caller's value back).
+    The others are positional (%s) in text order."""
 
     def __init__(self, schema):
         p = _quote_ident(schema) + "." if schema else ""
         cols = ("SELECT r.outcome, r.claim_id::text, r.generation, "
                 "ceil(extract(epoch FROM r.retry_after) * 1000)::int8, "
                 "r.response_status, r.response_headers::text, r.response_body")
-        lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL "
-        lease = "CASE WHEN s.lt IS NOT NULL THEN %s::interval END"
-        # lock_timeout is set before idem_claim runs (the LATERAL reference
-        # orders them): a claim stuck behind an idem_begin transaction gives
-        # up with the wait budget.
-        self.claim = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ") r"
-        self.claim_wait = cols + lt + p + "idem_claim(%s::bytea, %s::bytea, " + lease + ", %s::interval) r"
+        args = "%(ck)s::bytea, %(rh)s::bytea, %(lease)s::interval, "
+        # A claim stuck behind an idem_begin transaction gives up with the budget.
+        self.claim = cols + " FROM " + p + "idem_claim(" + args + "NULL::interval, %(lock)s::interval) r"
+        self.claim_wait = cols + " FROM " + p + "idem_claim(" + args + "%(wait)s::interval, %(lock)s::interval) r"
+        # In the caller's transaction: lock_wait holds for idem_begin only.
+        self.begin = cols + " FROM " + p + "idem_begin(" + args + "NULL::interval, %(lock)s::interval) r"
+        self.begin_wait = cols + " FROM " + p + "idem_begin(" + args + "%(wait)s::interval, %(lock)s::interval) r"
+        self.renew = ("SELECT " + p + "idem_renew(%(ck)s::bytea, %(claim)s::uuid, %(lease)s::interval, "
+                      "%(lock)s::interval) IS NOT NULL")
+        self.legacy = _Legacy(p, cols)
         self.lookup = cols + " FROM " + p + "idem_lookup(%s::bytea, %s::bytea) r"
-        # In the caller's transaction: the budget as lock_timeout for
-        # idem_begin only, the caller's setting back right after it.
-        begin_from = (", pg_catalog.set_config('lock_timeout', s.old, true) FROM (SELECT "
-                      "pg_catalog.current_setting('lock_timeout') AS old, "
-                      "pg_catalog.set_config('lock_timeout', %s, true) AS lt) s CROSS JOIN LATERAL ")
-        self.begin = cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease + ") r"
-        self.begin_wait = (cols + begin_from + p + "idem_begin(%s::bytea, %s::bytea, " + lease
-                           + ", %s::interval) r")
-        self.renew = ("SELECT CASE WHEN s.lt IS NOT NULL THEN " + p
-                      + "idem_renew(%s::bytea, %s::uuid, %s::interval) IS NOT NULL END"
-                      " FROM (SELECT pg_catalog.set_config('lock_timeout', %s, true) AS lt) s")
         # Over the client's cap: the server stores a body over
         # idem.max_response_bytes as completed, not replayable, so that
         # setting goes to 0 for this transaction and one byte is sent.
@@ -92,6 +91,27 @@ class Statements:
         self.fail = "SELECT " + p + "idem_fail(%s::bytea, %s::uuid, %s::interval)"
         # The extension as this role sees it (pg_idem._checks.verify reads it).
         self.preflight = preflight_sql()
+
+
+class _Legacy:
+    """The claims and the renewal for pg_idem 0.3.0 - 0.5.x, which have no
+    lock_wait: the same named parameters, lock set as lock_timeout before
+    the call runs (the LATERAL reference orders them). It goes when
+    protocol.OLDEST_EXTENSION reaches 0.6.0."""
+
+    def __init__(self, p, cols):
+        lt = " FROM (SELECT pg_catalog.set_config('lock_timeout', %(lock)s, true) AS lt) s CROSS JOIN LATERAL "
+        call = "(%(ck)s::bytea, %(rh)s::bytea, CASE WHEN s.lt IS NOT NULL THEN %(lease)s::interval END"
+        self.claim = cols + lt + p + "idem_claim" + call + ") r"
+        self.claim_wait = cols + lt + p + "idem_claim" + call + ", %(wait)s::interval) r"
+        begin = (", pg_catalog.set_config('lock_timeout', s.old, true) FROM (SELECT "
+                 "pg_catalog.current_setting('lock_timeout') AS old, "
+                 "pg_catalog.set_config('lock_timeout', %(lock)s, true) AS lt) s CROSS JOIN LATERAL ")
+        self.begin = cols + begin + p + "idem_begin" + call + ") r"
+        self.begin_wait = cols + begin + p + "idem_begin" + call + ", %(wait)s::interval) r"
+        self.renew = ("SELECT CASE WHEN s.lt IS NOT NULL THEN " + p
+                      + "idem_renew(%(ck)s::bytea, %(claim)s::uuid, %(lease)s::interval) IS NOT NULL END"
+                      " FROM (SELECT pg_catalog.set_config('lock_timeout', %(lock)s, true) AS lt) s")
 
 
 def _text(v):

@@ -11,7 +11,8 @@ import psycopg
 from ._call import ISOLATION, WAIT_SLICE, ClaimContext, RunResult, _as_response, _remaining, _sqlstate
 from .http import FAIL, FINALIZE, RELEASE, classify, problems
 from ._ops import Acquire, Batch, CallHandler, Query, Release, StartKeeper, StopKeeper
-from ._statements import _lock_timeout_text, _ms_text, _text, parse_row
+from ._statements import _lock_wait_text, _ms_text, _text, parse_row
+from .protocol import ClientOutcome as Out, Event
 
 
 class TransactionModes:
@@ -47,7 +48,7 @@ class TransactionModes:
                 yield from self.begin(tx, isolation)
                 resp = _as_response((yield CallHandler(handler, (tx, ClaimContext()))))
                 yield Query(tx, "ROLLBACK" if classify(resp.status) == FAIL else "COMMIT", None, False)
-                res.response, res.outcome = resp, "unguarded"
+                res.response, res.outcome = resp, Out.UNGUARDED
                 return res
             except psycopg.Error as e:
                 yield from self.rollback_quietly(tx)
@@ -80,7 +81,7 @@ class TransactionModes:
         c.res.generation = row.generation
         keeper = yield StartKeeper(conn, c.ck, row.claim_id)
         ctx = ClaimContext(row.generation, row.claim_id, c.ck, keeper)
-        todo, action, result, resp, err = "give_up", FAIL, "failed", None, None
+        todo, action, result, resp, err = "give_up", FAIL, Out.FAILED, None, None
         for attempt in range(1, self.cfg.transaction_attempts + 1):
             try:
                 tx = yield Acquire(second=True)
@@ -110,7 +111,7 @@ class TransactionModes:
                         break
                     if action == RELEASE:
                         yield Query(tx, "COMMIT", None, False)
-                        result = "won_completed"
+                        result = Out.WON_COMPLETED
                         break
                     # The fence: raises IL001 if the claim is no longer ours,
                     # taking the handler's writes down with it (COMMIT, in
@@ -120,8 +121,8 @@ class TransactionModes:
                     t = (yield Batch([Query(tx, self.sql.finalize, self.finalize_params(c, row.claim_id, resp, True),
                                             False),
                                       Query(tx, "COMMIT", None, False)]))[0]
-                    result = "completed_uncacheable" if self.uncached(resp, _text(t[1])) else "won_completed"
-                    c.res.events.append("finalized")
+                    result = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, _text(t[1])) else Out.WON_COMPLETED
+                    c.res.events.append(Event.FINALIZED)
                     todo = "done"
                     break
                 except psycopg.Error as e:
@@ -133,15 +134,15 @@ class TransactionModes:
                         break
                     if _sqlstate(e) in ("40001", "40P01") and attempt < self.cfg.transaction_attempts:
                         continue
-                    c.res.error, todo = e, "pending"
-                    c.res.events.append("finalize_error")
+                    c.res.error, todo = e, "unsettled"
+                    c.res.events.append(Event.FINALIZE_ERROR)
                     if committing and broken:
                         # The COMMIT was in flight: read the key, never re-run.
                         state, probe = yield from self.settle(c, row.claim_id, row.generation)
                         if probe is not None:
                             yield Release(probe)
                         if state == "committed":
-                            result = "completed_uncacheable" if self.uncached(resp, None) else "won_completed"
+                            result = Out.COMPLETED_UNCACHEABLE if self.uncached(resp, None) else Out.WON_COMPLETED
                             todo = "done"
                         elif state == "lost":
                             todo = "follow"
@@ -152,17 +153,17 @@ class TransactionModes:
         if todo == "give_up":
             yield from self.give_up(c, conn, row.claim_id, action)
         if err is not None:
-            self.finish(c, "failed")
+            self.finish(c, Out.FAILED)
             raise err
         if todo == "follow":
             c.deadline = time.monotonic() + self.cfg.follower_wait_budget
             return (yield from self.loop(c, lambda r: self.win_fenced(c, c.conn, r, handler, isolation),
                                          claim_first=False))
-        if todo == "pending":
+        if todo == "unsettled":
             # Nothing of this run is stored and the key stays ours until its
             # lease runs out; a retry with the same key is answered from it then.
             c.res.outcome_unknown = True
-            resp, result = problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed"
+            resp, result = problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), Out.FAILED
         c.res.response = resp
         return self.finish(c, result)
 
@@ -215,10 +216,11 @@ class TransactionModes:
                     # transaction, bounded by the budget.
                     if wait and caps[1]:
                         part = min(rem, WAIT_SLICE)  # in slices, as claim()'s
-                        claim = Query(conn, self.sql.begin_wait,
-                                      (_lock_timeout_text(part + 1.0), c.ck, c.rh, lease, _ms_text(part)))
+                        claim = Query(conn, self.calls.begin_wait, dict(ck=c.ck, rh=c.rh, lease=lease, wait=_ms_text(part),
+                                                                        lock=_lock_wait_text(part + 1.0)))
                     else:
-                        claim = Query(conn, self.sql.begin, (_lock_timeout_text(rem), c.ck, c.rh, lease))
+                        claim = Query(conn, self.calls.begin, dict(ck=c.ck, rh=c.rh, lease=lease,
+                                                                   lock=_lock_wait_text(rem)))
                     # BEGIN, the claim and the handler's savepoint in one
                     # flight (a follower rolls the savepoint back with the rest).
                     in_tx = True
@@ -256,7 +258,7 @@ class TransactionModes:
                         continue  # everything rolled back, the claim too: run it again
                     # The handler raised: keep a cooldown, drop its writes.
                     yield from self.keep_cooldown(c, conn, row.claim_id)
-                    self.finish(c, "failed")
+                    self.finish(c, Out.FAILED)
                     raise
                 # The handler has returned: an error from here on is the
                 # store's. It is answered, not raised, and never runs the
@@ -290,15 +292,15 @@ class TransactionModes:
                     # (duplicates waiting in idem_begin are not run at once)
                     # and tell the caller that its result was not stored.
                     c.res.error = e
-                    c.res.events.append("finalize_error")
+                    c.res.events.append(Event.FINALIZE_ERROR)
                     c.res.outcome_unknown = conn.broken
                     yield from self.keep_cooldown(c, conn, row.claim_id)
-                    return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), "failed")
+                    return self.answer(c, problems.outcome_unknown(self.cfg.profile, self.cfg.retry_after), Out.FAILED)
                 c.res.response = resp
                 if action == FINALIZE:
-                    c.res.events.append("finalized")
-                    return self.finish(c, "completed_uncacheable" if self.uncached(resp, setting) else "won_completed")
-                return self.finish(c, "failed" if action == FAIL else "won_completed")
+                    c.res.events.append(Event.FINALIZED)
+                    return self.finish(c, Out.COMPLETED_UNCACHEABLE if self.uncached(resp, setting) else Out.WON_COMPLETED)
+                return self.finish(c, Out.FAILED if action == FAIL else Out.WON_COMPLETED)
 
             if in_tx:
                 yield from self.rollback_quietly(conn, True)

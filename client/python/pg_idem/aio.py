@@ -142,9 +142,9 @@ class _Keeper:
                 pass
             wait = cfg.renew_interval
             try:
-                cur = await self.conn.execute(self.engine.sql.renew,
-                                              (self.ck, self.claim_id, e._ms_text(cfg.lease),
-                                               e._lock_timeout_text(cfg.renew_interval)))
+                cur = await self.conn.execute(self.engine.calls.renew,
+                                              dict(ck=self.ck, claim=self.claim_id, lease=e._ms_text(cfg.lease),
+                                                   lock=e._lock_wait_text(cfg.renew_interval)))
                 t = await cur.fetchone()
                 if not t or not t[0]:
                     self.lost = True

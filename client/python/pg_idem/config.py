@@ -1,14 +1,18 @@
-"""The runner's configuration, validated when it is made (the C++ client's defaults)."""
+"""The runner's configuration, validated when it is made. Its defaults and
+limits are the protocol's (protocol.toml's [client.defaults] and
+[client.limits], the same in every client); durations here are seconds."""
 
 import dataclasses
 import datetime
 import re
 
-from .http import is_never_stored
+from .http import is_never_stored, profile_of
 
 from . import protocol
+from .protocol import Profile
 
-IETF, SEED = protocol.PROFILES
+_D, _L = protocol.DEFAULTS, protocol.LIMITS
+IETF, CONFLICT409 = Profile.IETF, Profile.CONFLICT409
 DURATIONS = ("lease", "renew_interval", "follower_wait_budget", "poll_min", "poll_max", "retry_after",
              "failure_cooldown")
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")
@@ -30,6 +34,8 @@ class Config:
     is; the first request (or Runner.check()) also checks the lease against
     the server's idem.max_lease.
 
+    The defaults below are protocol.DEFAULTS (docs/reference/protocol.md).
+
     lease                         claim lifetime without renewal (30 s)
     renew_interval                renewal period, < lease (default lease / 3)
     follower_wait_budget          how long a duplicate waits for the winner (5 s)
@@ -40,7 +46,8 @@ class Config:
     max_cacheable_response_bytes  larger responses are stored not replayable (2 MiB)
     max_iterations                cap on claim/wait rounds per request (100)
     transaction_attempts          tries of a fenced/in-transaction handler on 40001/40P01 (3)
-    profile                       "ietf" or "seed" status codes
+    profile                       "ietf" or "conflict409" status codes ("seed", 0.5.0's
+                                  name of conflict409, is accepted with a warning)
     replay_headers                added to the replay allowlist
     schema                        schema of the pg_idem functions (None: search_path)
     server_wait                   None: use idem_claim(..., max_wait) when the server
@@ -55,25 +62,25 @@ class Config:
                                   "store": stored and replayed, as the protocol's table says
     """
 
-    lease: float = 30.0
+    lease: float = _D["lease_ms"] / 1000.0
     renew_interval: float = None
-    follower_wait_budget: float = 5.0
-    poll_min: float = 0.05
-    poll_max: float = 1.0
-    poll_jitter: float = 0.25
-    retry_after: float = 1.0
-    failure_cooldown: float = 2.0
-    max_request_body_bytes: int = 1024 * 1024
-    max_cacheable_response_bytes: int = 2 * 1024 * 1024
-    max_iterations: int = 100
-    transaction_attempts: int = 3
-    profile: str = IETF
+    follower_wait_budget: float = _D["follower_wait_budget_ms"] / 1000.0
+    poll_min: float = _D["poll_min_ms"] / 1000.0
+    poll_max: float = _D["poll_max_ms"] / 1000.0
+    poll_jitter: float = _D["poll_jitter"]
+    retry_after: float = _D["retry_after_ms"] / 1000.0
+    failure_cooldown: float = _D["failure_cooldown_ms"] / 1000.0
+    max_request_body_bytes: int = _D["max_request_body_bytes"]
+    max_cacheable_response_bytes: int = _D["max_cacheable_response_bytes"]
+    max_iterations: int = _D["max_iterations"]
+    transaction_attempts: int = _D["transaction_attempts"]
+    profile: str = _D["profile"]
     replay_headers: tuple = ()
     schema: str = None
     server_wait: bool = None
     namespace: str = None
     fingerprint: object = None
-    client_errors: str = "release"
+    client_errors: str = _D["client_errors"]
 
     def __post_init__(self):
         set_ = lambda name, v: object.__setattr__(self, name, v)  # noqa: E731
@@ -82,7 +89,8 @@ class Config:
             if isinstance(v, datetime.timedelta):
                 set_(name, v.total_seconds())
         if self.renew_interval is None and _is_number(self.lease):
-            set_("renew_interval", max(0.001, self.lease / 3.0))
+            set_("renew_interval", max(0.001, self.lease / _D["renew_divisor"]))
+        set_("profile", profile_of(self.profile))
         set_("replay_headers", tuple(str(h).lower() for h in (self.replay_headers or ())))
         self._check()
 
@@ -98,11 +106,12 @@ class Config:
             v = getattr(self, name)
             if v <= 0:
                 raise ConfigError("pg_idem.Config: %s must be positive (got %s)" % (name, _ms(v)))
-        if self.lease < 0.010:
-            raise ConfigError("pg_idem.Config: lease must be at least 10 ms (got %s)" % _ms(self.lease))
-        if self.lease > 24 * 3600:
-            raise ConfigError("pg_idem.Config: lease must be at most 24 hours (got %g s; durations are seconds "
-                              "or datetime.timedelta)" % self.lease)
+        if self.lease < _L["min_lease_ms"] / 1000.0:
+            raise ConfigError("pg_idem.Config: lease must be at least %d ms (got %s)"
+                              % (_L["min_lease_ms"], _ms(self.lease)))
+        if self.lease > _L["max_lease_ms"] / 1000.0:
+            raise ConfigError("pg_idem.Config: lease must be at most %g hours (got %g s; durations are seconds "
+                              "or datetime.timedelta)" % (_L["max_lease_ms"] / 3600000.0, self.lease))
         if self.renew_interval >= self.lease:
             raise ConfigError("pg_idem.Config: renew_interval (%s) must be shorter than lease (%s)"
                               % (_ms(self.renew_interval), _ms(self.lease)))
@@ -116,8 +125,9 @@ class Config:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ConfigError("pg_idem.Config: %s must be a positive integer (got %r)" % (name, v))
-        if self.profile not in (IETF, SEED):
-            raise ConfigError("pg_idem.Config: profile must be 'ietf' or 'seed' (got %r)" % (self.profile,))
+        if self.profile not in protocol.PROFILES:
+            raise ConfigError("pg_idem.Config: profile must be one of %s (got %r)"
+                              % (", ".join(repr(x) for x in protocol.PROFILES), self.profile))
         for h in self.replay_headers:
             if not _TOKEN.match(h):
                 raise ConfigError('pg_idem.Config: replay header "%s" is not a valid header name' % h)
@@ -133,9 +143,9 @@ class Config:
                               % (self.namespace,))
         if self.fingerprint is not None and not callable(self.fingerprint):
             raise ConfigError("pg_idem.Config: fingerprint must be a function of the body (bytes -> bytes)")
-        if self.client_errors not in ("release", "store"):
-            raise ConfigError("pg_idem.Config: client_errors must be 'release' or 'store' (got %r)"
-                              % (self.client_errors,))
+        if self.client_errors not in _L["client_errors"]:
+            raise ConfigError("pg_idem.Config: client_errors must be %s (got %r)"
+                              % (" or ".join(repr(x) for x in _L["client_errors"]), self.client_errors))
         if self.server_wait not in (None, False, True):
             raise ConfigError("pg_idem.Config: server_wait must be None, True or False")
 

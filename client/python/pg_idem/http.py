@@ -5,23 +5,21 @@ details. The statuses, problems and storage rules are the protocol's
 import dataclasses
 import json
 import math
+import warnings
 
 from . import protocol
 from .key import KeyStatus, describe
+from .protocol import ProblemName
 
-REPLAY_HEADER = "Idempotent-Replayed"
+REPLAY_HEADER = protocol.REPLAYED_HEADER
 PROBLEM_BASE = protocol.PROBLEM_BASE
 
 # What the winner does with its handler's response: stored and replayed,
 # not stored with the key free at once, not stored with a cooldown.
 FINALIZE, RELEASE, FAIL = protocol.FINALIZE, protocol.RELEASE, protocol.FAIL
 
-DEFAULT_REPLAY_HEADERS = ("content-type", "content-disposition", "content-language",
-                          "cache-control", "etag", "location")
-_NEVER_STORED = frozenset(("set-cookie", "set-cookie2", "cookie", "authorization",
-                           "proxy-authorization", "www-authenticate", "proxy-authenticate",
-                           "x-api-key", "x-csrf-token", "x-xsrf-token"))
-_NEVER_STORED_PARTS = ("cookie", "session", "token", "authoriz", "authenticat")
+# The replay headers are the protocol's (protocol.toml's [replay_headers]).
+DEFAULT_REPLAY_HEADERS = protocol.DEFAULT_REPLAY_HEADERS
 
 
 @dataclasses.dataclass
@@ -55,7 +53,7 @@ def classify(status):
 def is_never_stored(name):
     """Headers never stored whatever the configuration (cookies, auth, session tokens)."""
     low = name.lower()
-    return low in _NEVER_STORED or any(p in low for p in _NEVER_STORED_PARTS)
+    return low in protocol.NEVER_STORED_HEADERS or any(p in low for p in protocol.NEVER_STORED_HEADER_PARTS)
 
 
 class HeaderAllowlist:
@@ -109,9 +107,20 @@ def problem(status, title, detail=None, type_=None, retry_after=None):
     return Response(status, headers, json.dumps(body, ensure_ascii=False))
 
 
+def profile_of(profile):
+    """A profile's name, the deprecated ones (protocol.DEPRECATED_PROFILES) with a warning."""
+    if profile in protocol.DEPRECATED_PROFILES:
+        new, until = protocol.DEPRECATED_PROFILES[profile]
+        warnings.warn("pg_idem: profile %r is now %r; the old name goes in %s" % (profile, new, until),
+                      DeprecationWarning, stacklevel=3)
+        return new
+    return profile
+
+
 def _make(name, profile, retry_after=None, **fill):
     """The protocol's problem `name` in `profile`; {key_status} and {limit} filled in."""
     p = protocol.PROBLEMS[name]
+    profile = profile_of(profile)
     return problem(p.status[profile], p.title, p.detail.format(**fill), protocol.PROBLEM_BASE + p.slug,
                    retry_after if p.retry_after else None)
 
@@ -122,43 +131,43 @@ class problems:
 
     @staticmethod
     def missing_key(profile):
-        return _make("missing_key", profile, key_status=describe(KeyStatus.ABSENT))
+        return _make(ProblemName.MISSING_KEY, profile, key_status=describe(KeyStatus.ABSENT))
 
     @staticmethod
     def invalid_key(profile, why):
-        return _make("invalid_key", profile, key_status=describe(why))
+        return _make(ProblemName.INVALID_KEY, profile, key_status=describe(why))
 
     @staticmethod
     def key_reused(profile):
-        return _make("key_reused", profile)
+        return _make(ProblemName.KEY_REUSED, profile)
 
     @staticmethod
     def in_progress(profile, retry_after):
-        return _make("in_progress", profile, retry_after)
+        return _make(ProblemName.IN_PROGRESS, profile, retry_after)
 
     @staticmethod
     def cooldown(profile, retry_after):
-        return _make("cooldown", profile, retry_after)
+        return _make(ProblemName.COOLDOWN, profile, retry_after)
 
     @staticmethod
     def not_replayable(profile):
-        return _make("not_replayable", profile)
+        return _make(ProblemName.NOT_REPLAYABLE, profile)
 
     @staticmethod
     def expired(profile):
-        return _make("expired", profile)
+        return _make(ProblemName.EXPIRED, profile)
 
     @staticmethod
     def request_too_large(profile, limit):
-        return _make("request_too_large", profile, limit=limit)
+        return _make(ProblemName.REQUEST_TOO_LARGE, profile, limit=limit)
 
     @staticmethod
     def store_unavailable(profile, retry_after):
-        return _make("store_unavailable", profile, retry_after)
+        return _make(ProblemName.STORE_UNAVAILABLE, profile, retry_after)
 
     @staticmethod
     def outcome_unknown(profile, retry_after):
-        return _make("outcome_unknown", profile, retry_after)
+        return _make(ProblemName.OUTCOME_UNKNOWN, profile, retry_after)
 
     @staticmethod
     def by_name(name, profile, retry_after=None):

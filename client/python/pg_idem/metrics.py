@@ -1,6 +1,6 @@
-"""Prometheus counters for the runner, with the C++ client's series names
-(client/cpp/examples/prometheus_metrics.hpp), so that one dashboard serves
-every client:
+"""Prometheus counters for the runner, with the protocol's series names
+(protocol.toml's [metrics], the same in every client), so that one
+dashboard serves every client:
 
     idem_client_requests_total{outcome}  one per run (RunResult.outcome)
     idem_client_events_total{event}      the claim's lifecycle events
@@ -18,10 +18,8 @@ rate() sees each one."""
 
 from . import protocol
 
-# The C++ client's idem::event names (client/cpp/include/idem/metrics.hpp).
-EVENTS = ("claimed", "recovered_ttl", "recovered_abandoned", "pending_wait", "retryable_cooldown",
-          "lease_stolen", "finalize_error", "release_error", "unknown_outcome", "finalized",
-          protocol.POOL_EXHAUSTED_EVENT)
+# The claim's lifecycle events, the protocol's (the same in every client).
+EVENTS = protocol.EVENTS
 
 
 _REGISTERED = {}
@@ -35,12 +33,9 @@ def _counters(registry):
 
     registry = prometheus_client.REGISTRY if registry is None else registry
     if id(registry) not in _REGISTERED:
-        requests = prometheus_client.Counter(
-            "idem_client_requests", "Requests through the pg_idem runner, by outcome.", ["outcome"],
-            registry=registry)
-        events = prometheus_client.Counter(
-            "idem_client_events", "Claim lifecycle events seen by the pg_idem runner.", ["event"],
-            registry=registry)
+        req, ev = protocol.METRICS["requests"], protocol.METRICS["events"]
+        requests = prometheus_client.Counter(req.name, req.help, [req.label], registry=registry)
+        events = prometheus_client.Counter(ev.name, ev.help, [ev.label], registry=registry)
         for name in protocol.CLIENT_OUTCOMES:
             requests.labels(name)
         for name in EVENTS:

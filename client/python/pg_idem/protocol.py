@@ -9,7 +9,9 @@ import enum
 KEY_DOMAIN = "pg_idem key v1"
 MAX_KEY_BYTES = 255
 PROBLEM_BASE = "urn:pg-idem:problem:"
-PROFILES = ('ietf', 'seed')
+PROFILES = ('ietf', 'conflict409')
+# Old names of a profile, accepted with a warning: {old: (profile, the release that drops it)}.
+DEPRECATED_PROFILES = {'seed': ('conflict409', '0.7.0')}
 
 # The oldest extension the runner works with (its first-use check refuses older).
 OLDEST_EXTENSION = "0.3.0"
@@ -76,29 +78,29 @@ Problem = collections.namedtuple("Problem", "name slug title detail status retry
 # status: per profile.  detail: {key_status} and {limit} are filled in by the caller.
 PROBLEMS = {
     "missing_key": Problem("missing_key", "idempotency-key-missing", "Idempotency-Key header is missing", "{key_status}",
-                   {"ietf": 400, "seed": 400}, False),
+                   {"ietf": 400, "conflict409": 400}, False),
     "invalid_key": Problem("invalid_key", "idempotency-key-invalid", "Idempotency-Key header is invalid", "{key_status}",
-                   {"ietf": 400, "seed": 400}, False),
+                   {"ietf": 400, "conflict409": 400}, False),
     "key_reused": Problem("key_reused", "idempotency-key-reused", "Idempotency-Key is already used for a different request", "This key was used with another request body. Use a new key for a new request.",
-                   {"ietf": 422, "seed": 409}, False),
+                   {"ietf": 422, "conflict409": 409}, False),
     "in_progress": Problem("in_progress", "request-in-progress", "A request with this Idempotency-Key is being processed", "Retry after the delay in Retry-After to get its response.",
-                   {"ietf": 409, "seed": 503}, True),
+                   {"ietf": 409, "conflict409": 503}, True),
     "cooldown": Problem("cooldown", "request-failed-recently", "The last attempt with this Idempotency-Key failed", "Retry after the delay in Retry-After.",
-                   {"ietf": 503, "seed": 503}, True),
+                   {"ietf": 503, "conflict409": 503}, True),
     "not_replayable": Problem("not_replayable", "response-not-replayable", "The request was completed but its response cannot be replayed", "The response was too large to store. Use a new key to repeat the request.",
-                   {"ietf": 409, "seed": 409}, False),
+                   {"ietf": 409, "conflict409": 409}, False),
     "expired": Problem("expired", "idempotency-key-expired", "This Idempotency-Key has expired", "The request with this key finished too long ago for its response to be kept. Use a new key to repeat the request.",
-                   {"ietf": 410, "seed": 409}, False),
+                   {"ietf": 410, "conflict409": 409}, False),
     "request_too_large": Problem("request_too_large", "request-too-large", "Request body too large", "The request body is over {limit} bytes.",
-                   {"ietf": 413, "seed": 413}, False),
+                   {"ietf": 413, "conflict409": 413}, False),
     "store_unavailable": Problem("store_unavailable", "idempotency-store-unavailable", "Idempotency store unavailable", "The request was not run. Retry after the delay in Retry-After.",
-                   {"ietf": 503, "seed": 503}, True),
+                   {"ietf": 503, "conflict409": 503}, True),
     "pool_exhausted": Problem("pool_exhausted", "connection-pool-exhausted", "The service's connection pool is exhausted", "The request was not run: no connection of this service's pool to the idempotency store came free in time. Retry after the delay in Retry-After.",
-                   {"ietf": 503, "seed": 503}, True),
+                   {"ietf": 503, "conflict409": 503}, True),
     "principal_missing": Problem("principal_missing", "principal-missing", "The request has no authenticated principal", "A request with an Idempotency-Key needs an authenticated principal, which is part of the key. Authenticate the request and retry.",
-                   {"ietf": 401, "seed": 401}, False),
+                   {"ietf": 401, "conflict409": 401}, False),
     "outcome_unknown": Problem("outcome_unknown", "outcome-unknown", "The outcome of this request is not known yet", "The request may have run, but its result is not recorded yet. Retry after the delay in Retry-After with the same Idempotency-Key.",
-                   {"ietf": 503, "seed": 503}, True),
+                   {"ietf": 503, "conflict409": 503}, True),
 }
 
 Outcome = collections.namedtuple("Outcome", "name role action problem result counted response")
@@ -149,6 +151,159 @@ def classify(status):
         if lo <= status <= hi:
             return action
     return STORAGE_DEFAULT
+
+
+
+class ServerOutcome:
+    """The server's claim outcomes (the outcome column of idem_claim), by name."""
+
+    CLAIMED = "claimed"
+    RECOVERED_TTL = "recovered_ttl"
+    RECOVERED_ABANDONED = "recovered_abandoned"
+    REPLAY = "replay"
+    MISMATCH = "mismatch"
+    IN_PROGRESS = "in_progress"
+    COOLDOWN = "cooldown"
+    NOT_REPLAYABLE = "not_replayable"
+    EXPIRED = "expired"
+    ABSENT = "absent"
+    CLAIMABLE = "claimable"
+
+
+class ClientOutcome:
+    """What a run reports (RunResult.outcome), by name."""
+
+    WON_COMPLETED = "won_completed"
+    REPLAY = "replay"
+    CONFLICT = "conflict"
+    TIMEOUT = "timeout"
+    FAILED = "failed"
+    COMPLETED_UNCACHEABLE = "completed_uncacheable"
+    UNGUARDED = "unguarded"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class Action:
+    """What a client does with a server outcome (Outcome.action)."""
+
+    RUN = "run"
+    REPLAY = "replay"
+    ANSWER = "answer"
+    WAIT = "wait"
+    CLAIM = "claim"
+
+
+class ProblemName:
+    """The problems a client answers with (PROBLEMS' keys)."""
+
+    MISSING_KEY = "missing_key"
+    INVALID_KEY = "invalid_key"
+    KEY_REUSED = "key_reused"
+    IN_PROGRESS = "in_progress"
+    COOLDOWN = "cooldown"
+    NOT_REPLAYABLE = "not_replayable"
+    EXPIRED = "expired"
+    REQUEST_TOO_LARGE = "request_too_large"
+    STORE_UNAVAILABLE = "store_unavailable"
+    POOL_EXHAUSTED = "pool_exhausted"
+    PRINCIPAL_MISSING = "principal_missing"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+class Event:
+    """The claim's lifecycle events (RunResult.events, metrics' on_event)."""
+
+    CLAIMED = "claimed"
+    RECOVERED_TTL = "recovered_ttl"
+    RECOVERED_ABANDONED = "recovered_abandoned"
+    PENDING_WAIT = "pending_wait"
+    RETRYABLE_COOLDOWN = "retryable_cooldown"
+    LEASE_STOLEN = "lease_stolen"
+    FINALIZE_ERROR = "finalize_error"
+    RELEASE_ERROR = "release_error"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    FINALIZED = "finalized"
+    POOL_EXHAUSTED = "pool_exhausted"
+
+
+class Profile:
+    """The HTTP status profiles (Config.profile)."""
+
+    IETF = "ietf"
+    CONFLICT409 = "conflict409"
+
+
+class ClientErrors:
+    """What a runner does with a handler's validation failure (Config.client_errors)."""
+
+    RELEASE = "release"
+    STORE = "store"
+
+
+EVENTS = (
+    "claimed",
+    "recovered_ttl",
+    "recovered_abandoned",
+    "pending_wait",
+    "retryable_cooldown",
+    "lease_stolen",
+    "finalize_error",
+    "release_error",
+    "unknown_outcome",
+    "finalized",
+    "pool_exhausted",
+)
+
+# What a Config is when it is told nothing (durations in milliseconds).
+DEFAULTS = {
+    "lease_ms": 30000,
+    "renew_divisor": 3,
+    "follower_wait_budget_ms": 5000,
+    "poll_min_ms": 50,
+    "poll_max_ms": 1000,
+    "poll_jitter": 0.25,
+    "retry_after_ms": 1000,
+    "failure_cooldown_ms": 2000,
+    "max_request_body_bytes": 1048576,
+    "max_cacheable_response_bytes": 2097152,
+    "max_iterations": 100,
+    "transaction_attempts": 3,
+    "profile": "ietf",
+    "client_errors": "release",
+    "wait_slice_ms": 100,
+    "pooled_wait_slice_ms": 200,
+}
+# What a Config may not be.
+LIMITS = {
+    "min_lease_ms": 10,
+    "max_lease_ms": 86400000,
+    "client_errors": ("release", "store"),
+}
+
+# The header a replayed answer carries (value "true").
+REPLAYED_HEADER = "Idempotent-Replayed"
+# Response headers kept for replay unless configured otherwise.
+DEFAULT_REPLAY_HEADERS = ("content-type", "content-disposition", "content-language", "cache-control", "etag", "location")
+# Never stored, whatever the configuration says; nor a header whose
+# lower-case name contains one of the parts.
+NEVER_STORED_HEADERS = frozenset((
+    "set-cookie", "set-cookie2", "cookie", "authorization", "proxy-authorization",
+    "www-authenticate", "proxy-authenticate", "x-api-key", "x-csrf-token", "x-xsrf-token",
+))
+NEVER_STORED_HEADER_PARTS = ('cookie', 'session', 'token', 'authoriz', 'authenticat')
+
+Series = collections.namedtuple("Series", "name help label")
+# The metrics' series (prometheus_client adds _total to a counter's name).
+METRICS = {
+    "requests": Series("idem_client_requests", "Requests through the pg_idem runner, by outcome.", "outcome"),
+    "events": Series("idem_client_events", "Claim lifecycle events seen by the pg_idem runner.", "event"),
+}
+
+
+def namespaced_target(namespace, target):
+    """The target a namespace makes: the namespace, " ", the target (None: no namespace)."""
+    return target if namespace is None else namespace + " " + target
 
 
 # ---- messaging: the inbox's answers, a consumer's results, the relay ----

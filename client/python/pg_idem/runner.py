@@ -160,9 +160,9 @@ class _Keeper:
         while not self._stop.wait(wait):
             wait = cfg.renew_interval
             try:
-                t = self.conn.execute(self.engine.sql.renew,
-                                      (self.ck, self.claim_id, e._ms_text(cfg.lease),
-                                       e._lock_timeout_text(cfg.renew_interval))).fetchone()
+                t = self.conn.execute(self.engine.calls.renew,
+                                      dict(ck=self.ck, claim=self.claim_id, lease=e._ms_text(cfg.lease),
+                                           lock=e._lock_wait_text(cfg.renew_interval))).fetchone()
                 if not t or not t[0]:
                     self.lost = True  # taken over: stop renewing
                     return

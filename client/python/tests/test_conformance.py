@@ -2,14 +2,17 @@
 (generated from extension/protocol/protocol.toml) says, for every claim
 outcome in every profile, what a client does and answers; how a handler's
 status is stored; the cache-key and request-hash vectors and the key
-statuses' sentences. The Python client must agree with every line."""
+statuses' sentences; the client defaults and limits, the namespace's place
+in the key, the replay headers, the metrics' series and events and the
+profiles' names. The Python client must agree with every line."""
 
 import json
 import os
 
 import pytest
 
-from pg_idem import Config, Request, cache_key, classify, request_hash
+import pg_idem
+from pg_idem import Config, ConfigError, HeaderAllowlist, Request, cache_key, classify, request_hash
 from pg_idem import _checks, protocol
 from pg_idem._engine import Engine, RunResult, _Call
 from pg_idem._statements import Row
@@ -116,6 +119,79 @@ def test_the_server_computes_the_same_keys(db):
         got = db.execute("SELECT encode(idem_request_hash(%s::bytea), 'hex')",
                          (v["body"].encode("utf-8"),)).fetchone()[0]
         assert got == v["request_hash"], v
+
+
+def test_client_defaults_and_limits():
+    """Config() is protocol.json's defaults (in seconds), and refuses what its limits refuse."""
+    d, lim = SPEC["client"]["defaults"], SPEC["client"]["limits"]
+    c = Config()
+    ms = {"lease": "lease_ms", "follower_wait_budget": "follower_wait_budget_ms", "poll_min": "poll_min_ms",
+          "poll_max": "poll_max_ms", "retry_after": "retry_after_ms", "failure_cooldown": "failure_cooldown_ms"}
+    for name, key in ms.items():
+        assert getattr(c, name) == d[key] / 1000.0, name
+    for name in ("poll_jitter", "max_request_body_bytes", "max_cacheable_response_bytes", "max_iterations",
+                 "transaction_attempts", "profile", "client_errors"):
+        assert getattr(c, name) == d[name], name
+    assert c.renew_interval == c.lease / d["renew_divisor"]
+    from pg_idem import _engine
+    assert _engine.WAIT_SLICE == d["wait_slice_ms"] / 1000.0
+    assert Config(lease=lim["min_lease_ms"] / 1000.0, renew_interval=0.001).lease == lim["min_lease_ms"] / 1000.0
+    for bad in (lim["min_lease_ms"] / 2000.0, lim["max_lease_ms"] / 1000.0 + 1):
+        with pytest.raises(ConfigError, match="lease"):
+            Config(lease=bad)
+    for how in lim["client_errors"]:
+        assert Config(client_errors=how).client_errors == how
+    with pytest.raises(ConfigError, match="client_errors"):
+        Config(client_errors="keep")
+
+
+def test_profiles_and_their_old_names():
+    assert list(protocol.PROFILES) == SPEC["profiles"]
+    for p in SPEC["profiles"]:
+        assert Config(profile=p).profile == p
+    for old, new in SPEC["deprecated_profiles"].items():
+        with pytest.warns(DeprecationWarning, match=new["until"]):
+            assert Config(profile=old).profile == new["profile"]
+        with pytest.warns(DeprecationWarning):
+            assert getattr(pg_idem, old.upper()) == new["profile"]
+
+
+@pytest.mark.parametrize("case", SPEC["namespace_vectors"], ids=lambda c: str(c["namespace"]))
+def test_namespace_goes_where_the_protocol_says(case):
+    """The runner's key with Config(namespace=...) is the vector's."""
+    cfg = Config(namespace=case["namespace"])
+    call = _Call(cfg, Request(case["principal"], case["method"], case["target"], [case["key"]], b"{}"))
+    assert call.ck.hex() == case["cache_key"]
+    assert protocol.namespaced_target(case["namespace"], case["target"]) == case["namespaced_target"]
+
+
+def test_replay_headers():
+    rh = SPEC["replay_headers"]
+    assert pg_idem.REPLAY_HEADER == rh["replayed_header"]
+    default = HeaderAllowlist()
+    for v in rh["vectors"]:
+        assert default.allows(v["name"]) == v["by_default"], v
+        assert HeaderAllowlist([v["name"]]).allows(v["name"]) == v["when_configured"], v
+        assert pg_idem.is_never_stored(v["name"]) == (not v["when_configured"]), v
+        if not v["when_configured"]:
+            with pytest.raises(ConfigError, match="never stored"):
+                Config(replay_headers=[v["name"]])
+
+
+def test_metrics_series_and_events():
+    from pg_idem.metrics import EVENTS
+    assert list(EVENTS) == SPEC["events"]
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from pg_idem.metrics import PrometheusMetrics
+    registry = prometheus_client.CollectorRegistry()
+    PrometheusMetrics(registry)
+    families = {m.name: m for m in registry.collect()}
+    for kind, values in (("requests", list(protocol.CLIENT_OUTCOMES)), ("events", SPEC["events"])):
+        series = SPEC["metrics"][kind]
+        family = families[series["name"]]
+        assert family.documentation == series["help"]
+        samples = {s.labels[series["label"]] for s in family.samples if s.name == series["name"] + "_total"}
+        assert samples == set(values), kind
 
 
 def test_inbox_answers_results_and_broker_actions():

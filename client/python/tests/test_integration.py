@@ -79,7 +79,7 @@ def test_another_body_is_refused(dsn, runner):
     k = key()
     runner.run(req(k), ok())
     assert runner.run(req(k, b'{"amount": 2}'), ok()).response.status == 422
-    seed = Runner(dsn, Config(profile="seed"))
+    seed = Runner(dsn, Config(profile="conflict409"))
     assert seed.run(req(k, b'{"amount": 2}'), ok()).response.status == 409
 
 
@@ -157,7 +157,7 @@ def test_past_the_wait_budget_409_with_retry_after(dsn):
     k = key()
     slow = Runner(dsn)
     impatient = Runner(dsn, Config(follower_wait_budget=0.3))
-    seed = Runner(dsn, Config(follower_wait_budget=0.2, profile="seed"))
+    seed = Runner(dsn, Config(follower_wait_budget=0.2, profile="conflict409"))
     # The slow winner holds the key until both followers have answered, so
     # their waits end with their budgets, not with the winner (no upper
     # bound on the time, which a busy machine would break).
@@ -306,6 +306,8 @@ def test_server_wait_is_detected_once_per_runner(dsn, db, runner):
     runner.run(req(key()), ok())
     has4 = db.execute("SELECT count(*) > 0 FROM pg_proc WHERE proname = 'idem_claim' AND pronargs = 4").fetchone()[0]
     assert runner.engine.server_wait[0] is has4
+    has5 = db.execute("SELECT count(*) > 0 FROM pg_proc WHERE proname = 'idem_claim' AND pronargs = 5").fetchone()[0]
+    assert runner.engine.lock_wait is has5 is True
     polling = Runner(dsn, Config(server_wait=False))
     polling.run(req(key()), ok())
     assert polling.engine.server_wait == (False, False)

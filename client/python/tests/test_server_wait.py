@@ -118,3 +118,46 @@ def test_polling_when_told_not_to_use_it(wait_dsn):
         after = follower_waits(c)
     assert r.replayed
     assert after == before  # no waiting inside the server
+
+
+@pytest.fixture(scope="module", params=["current", "0.5.0"])
+def lock_dsn(request, dsn):
+    """A database with the current extension (lock_wait an argument), and
+    one with 0.5.0's (lock_timeout set around the call: the legacy form)."""
+    base = dsn.rsplit(" dbname=", 1)[0]
+    name = "idem_py_lock_%s" % request.param.replace(".", "_")
+    with psycopg.connect(base, autocommit=True) as c:
+        c.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
+        c.execute("CREATE DATABASE %s" % name)
+    own = base + " dbname=" + name
+    with psycopg.connect(own, autocommit=True) as c:
+        c.execute("CREATE EXTENSION pg_idem" + ("" if request.param == "current" else " VERSION '%s'" % request.param))
+    yield own, request.param
+    with psycopg.connect(base, autocommit=True) as c:
+        c.execute("DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
+
+
+def test_a_lock_wait_ends_with_the_budget(lock_dsn):
+    """A follower whose claim waits on an in-transaction winner's
+    uncommitted key gives up with its budget (lock_wait, or lock_timeout on
+    an older server), answered in progress while the winner still runs."""
+    own, version = lock_dsn
+    k = str(uuid.uuid4())
+    req = Request("alice", "POST", "/lock", [k], b"{}")
+    holding, release = threading.Event(), threading.Event()
+
+    def handler(tx, claim):
+        holding.set()
+        release.wait(120)
+        return Response(201, [], b"winner")
+    winner = threading.Thread(target=Runner(own).run_in_transaction, args=(req, handler))
+    winner.start()
+    assert holding.wait(120), "the winner never ran its handler"
+    follower = Runner(own, Config(follower_wait_budget=0.4))
+    r = follower.run(req, lambda claim: Response(201, [], b"follower"))
+    winner_still_running = winner.is_alive()
+    release.set()
+    winner.join()
+    assert follower.engine.lock_wait is (version == "current")
+    assert r.response.status == 409 and not r.handler_ran
+    assert winner_still_running

@@ -6,6 +6,8 @@ import struct
 
 import pytest
 
+import pg_idem
+
 from pg_idem import (Config, ConfigError, HeaderAllowlist, InvalidKey, KeyStatus, Request, Response,
                      cache_key, check_key, check_key_header, classify, is_never_stored, problems,
                      request_hash)
@@ -93,15 +95,24 @@ def test_problem_details_per_profile():
     assert r.header("content-type") == "application/problem+json"
     body = json.loads(r.body)
     assert body["status"] == 409 and body["type"].startswith("urn:pg-idem:problem:") and body["title"]
-    assert problems.in_progress("seed", 1).status == 503
+    assert problems.in_progress("conflict409", 1).status == 503
     assert problems.key_reused("ietf").status == 422
-    assert problems.key_reused("seed").status == 409
+    assert problems.key_reused("conflict409").status == 409
     assert problems.cooldown("ietf", 1.5).header("Retry-After") == "2"
     assert problems.not_replayable("ietf").status == 409
     assert problems.expired("ietf").status == 410
     assert problems.missing_key("ietf").status == 400
     assert problems.invalid_key("ietf", KeyStatus.TOO_LONG).status == 400
     assert problems.request_too_large("ietf", 10).status == 413
+
+
+def test_seed_is_a_deprecated_name_of_conflict409():
+    with pytest.warns(DeprecationWarning, match="'seed' is now 'conflict409'.*0.7.0"):
+        assert Config(profile="seed").profile == "conflict409"
+    with pytest.warns(DeprecationWarning, match="seed"):
+        assert problems.key_reused("seed").status == 409
+    with pytest.warns(DeprecationWarning, match="pg_idem.SEED is now pg_idem.CONFLICT409"):
+        assert pg_idem.SEED == pg_idem.CONFLICT409 == "conflict409"
 
 
 def test_retry_after_rounds_up_to_whole_seconds():
@@ -160,22 +171,24 @@ def test_response_coerces():
     assert r.headers == [("A", "b")] and r.body == "é".encode()
 
 
-def _check_row(version="0.6.0", has_edition=True):
+def _check_row(version="0.6.0", has_edition=True, lock_wait=True):
     """A first-use check's row (_checks.preflight_sql's columns)."""
-    return (version, "idem", True, True, None, True, True, 86400.0, "app", has_edition)
+    return (version, "idem", True, True, None, True, True, lock_wait, 86400.0, "app", has_edition)
 
 
 def test_first_use_check_names_the_edition_schema():
     from pg_idem._checks import edition_sql, verify
     cfg = Config()
     # the C edition or pg_tle's SQL edition (an extension row), 0.6.0
-    assert verify(_check_row(), cfg, "db") == (True, True, False, "idem")
+    assert verify(_check_row(), cfg, "db") == (True, True, True, False, "idem")
     # the SQL edition's plain script: no extension version, yet no router
-    assert verify(_check_row(version=None), cfg, "db") == (True, True, False, "idem")
+    assert verify(_check_row(version=None), cfg, "db") == (True, True, True, False, "idem")
     # a PL/Proxy router: no version, no idem_edition
-    assert verify(_check_row(version=None, has_edition=False), cfg, "db") == (True, True, True, None)
-    # before 0.6.0 there is no idem_edition to ask
-    assert verify(_check_row(version="0.5.0", has_edition=False), cfg, "db")[3] is None
+    assert verify(_check_row(version=None, has_edition=False, lock_wait=False), cfg, "db") == (
+        True, True, False, True, None)
+    # before 0.6.0 there is no idem_edition to ask, nor lock_wait
+    assert verify(_check_row(version="0.5.0", has_edition=False, lock_wait=False), cfg, "db")[2:] == (
+        False, False, None)
     assert edition_sql('my"schema') == 'SELECT "my""schema".idem_edition()'
 
 

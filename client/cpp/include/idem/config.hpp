@@ -21,8 +21,10 @@ namespace idem {
 using std::chrono::milliseconds;
 
 // status_profile, which status codes a follower and a refused request
-// get (ietf, the default, or seed), is the protocol's: idem/protocol.hpp,
-// docs/reference/protocol.md.
+// get (ietf, the default, or conflict409; seed, 0.5.0's name of
+// conflict409, is deprecated), is the protocol's: idem/protocol.hpp,
+// docs/reference/protocol.md. So are the defaults below
+// (protocol::defaults) and the limits build() checks (protocol::limits).
 
 // How a waiting follower learns that the winner has finished.
 enum class follower_wakeup
@@ -85,7 +87,7 @@ public:
     // behind a pooler.
     milliseconds server_wait_slice() const noexcept { return wait_slice_; }
     bool server_wait_slice_set() const noexcept { return wait_slice_set_; }
-    static constexpr milliseconds pooled_wait_slice{200};
+    static constexpr milliseconds pooled_wait_slice = protocol::defaults::pooled_wait_slice;
     // Called with every store error the runner meets (see idem/diagnostics.hpp).
     const error_hook &on_error() const noexcept { return on_error_; }
     // Each cause of store errors is logged once to stderr (default true).
@@ -94,23 +96,27 @@ public:
     const std::vector<std::string> &replay_headers() const noexcept { return replay_headers_; }
     // Schema of the pg_idem functions; empty = found through search_path.
     const std::string &schema() const noexcept { return schema_; }
+    // A service's name, part of every cache key (empty: none).
+    const std::string &key_namespace() const noexcept { return key_namespace_; }
 
 private:
-    milliseconds lease_{30000};
-    milliseconds renew_interval_{10000};
-    milliseconds wait_budget_{5000};
-    milliseconds poll_min_{50};
-    milliseconds poll_max_{1000};
-    double poll_jitter_ = 0.25;
-    milliseconds retry_after_{1000};
-    milliseconds failure_cooldown_{2000};
-    std::size_t max_request_ = 1024 * 1024;
-    std::size_t max_response_ = 2 * 1024 * 1024;
-    unsigned max_iterations_ = 100;
-    unsigned tx_attempts_ = 3;
-    status_profile profile_ = status_profile::ietf;
+    milliseconds lease_ = protocol::defaults::lease;
+    milliseconds renew_interval_ = protocol::defaults::lease / protocol::defaults::renew_divisor;
+    milliseconds wait_budget_ = protocol::defaults::follower_wait_budget;
+    milliseconds poll_min_ = protocol::defaults::poll_min;
+    milliseconds poll_max_ = protocol::defaults::poll_max;
+    double poll_jitter_ = protocol::defaults::poll_jitter;
+    milliseconds retry_after_ = protocol::defaults::retry_after;
+    milliseconds failure_cooldown_ = protocol::defaults::failure_cooldown;
+    std::size_t max_request_ = protocol::defaults::max_request_body_bytes;
+    std::size_t max_response_ = protocol::defaults::max_cacheable_response_bytes;
+    unsigned max_iterations_ = protocol::defaults::max_iterations;
+    unsigned tx_attempts_ = protocol::defaults::transaction_attempts;
+    status_profile profile_ = protocol::defaults::profile;
     follower_wakeup wakeup_ = follower_wakeup::server_wait;
-    idem::client_errors client_errors_ = idem::client_errors::release;
+    idem::client_errors client_errors_ = protocol::defaults::client_errors == "store"
+                                             ? idem::client_errors::store
+                                             : idem::client_errors::release;
     pg::preparation preparation_ = pg::preparation::automatic;
     milliseconds wait_slice_{0};
     bool wait_slice_set_ = false;
@@ -118,11 +124,13 @@ private:
     bool log_errors_ = true;
     std::vector<std::string> replay_headers_;
     std::string schema_;
+    std::string key_namespace_;
 };
 
 // Collects settings; build() checks them together and throws config_error
 // with a message naming the setting: zero, negative or inverted values,
-// renew_interval >= lease, a lease under 10 ms or over 24 hours.
+// renew_interval >= lease, a lease outside protocol::limits (10 ms to 24
+// hours), a key_namespace with a space.
 class config::builder
 {
 public:
@@ -189,6 +197,11 @@ public:
     builder &replay_header(std::string name);
     // Schema the extension was created in, when it is not on search_path.
     builder &schema(std::string name);
+    // A service's name (no spaces), part of every cache key so that two
+    // services on one role and route never share a key; the same key as
+    // Python's Config(namespace=...) and Node's namespace (it goes before
+    // the target: protocol::namespaced_target).
+    builder &key_namespace(std::string name);
 
     config build() const;
 

@@ -54,7 +54,7 @@ storage_action classify(int status) noexcept;
 storage_action classify(int status, client_errors how) noexcept;
 
 // The marker added to every replayed response.
-inline constexpr const char *replay_header_name = "Idempotent-Replayed";
+inline constexpr const char *replay_header_name = protocol::replayed_header.data();
 
 // Case-insensitive ASCII comparison of header names.
 bool header_name_equal(std::string_view a, std::string_view b) noexcept;

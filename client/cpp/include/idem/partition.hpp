@@ -98,9 +98,10 @@ public:
     // The provider of the partition that owns a cache key.
     connection_provider &for_key(const digest &cache_key) { return partition(map_.partition_of(cache_key)); }
     // The partition of a request's key (the principal, method, target and
-    // key of idem_key()); nullptr when the request has no valid key, which
-    // a runner then answers (400) or runs unguarded without a claim.
-    connection_provider *for_request(const request_view &req);
+    // key of idem_key(); key_namespace: the runner's, if it has one);
+    // nullptr when the request has no valid key, which a runner then
+    // answers (400) or runs unguarded without a claim.
+    connection_provider *for_request(const request_view &req, std::string_view key_namespace = {});
 
 private:
     partition_map map_;
@@ -130,6 +131,7 @@ public:
 private:
     partitioned_pool *pools_;
     std::vector<runner> runners_;
+    std::string key_namespace_;  // the config's: part of the key a partition is chosen by
 };
 
 }  // namespace idem

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace idem {
@@ -27,7 +28,24 @@ enum class outcome
 enum class status_profile
 {
     ietf,
-    seed,
+    conflict409,
+    seed [[deprecated("seed is conflict409; the old name goes in 0.7.0")]] = conflict409,
+};
+
+// The claim's lifecycle events, any number per run (metrics::on_event).
+enum class event
+{
+    claimed,  // won a fresh key
+    recovered_ttl,  // won a key whose stored result had expired
+    recovered_abandoned,  // won a key from a crashed winner or after a cooldown
+    pending_wait,  // a follower started waiting for the winner
+    retryable_cooldown,  // answered retryable because the key is in cooldown
+    lease_stolen,  // the winner lost its claim before storing its result
+    finalize_error,  // storing the result failed
+    release_error,  // releasing or failing the claim failed
+    unknown_outcome,  // the connection was lost while a commit was in flight
+    finalized,  // the winner's result is committed (for wake-up latency)
+    pool_exhausted,  // no connection of the application's pool came free in time ([client.pool])
 };
 
 // What is wrong with a request's Idempotency-Key, if anything.
@@ -196,12 +214,12 @@ inline constexpr std::array<outcome_info, 11> outcomes = {{
 inline constexpr problem missing_principal = problem::principal_missing;
 inline constexpr outcome missing_principal_result = outcome::rejected;
 // An exhausted connection pool (protocol.toml [client.pool]): the answer,
-// its result and metrics event (idem::event's name), the wait of a bounded
+// its result and metrics event (an [[event]]), the wait of a bounded
 // simple_pool, the fix every log line names, the share of a bounded pool
 // waiting duplicates may hold at once.
 inline constexpr problem pool_exhausted_answer = problem::pool_exhausted;
 inline constexpr outcome pool_exhausted_result = outcome::failed;
-inline constexpr std::string_view pool_exhausted_event = "pool_exhausted";
+inline constexpr event pool_exhausted_event = event::pool_exhausted;
 inline constexpr std::chrono::milliseconds pool_wait{5000};
 inline constexpr std::string_view pool_exhausted_fix = "give the pool more connections than the requests in flight at once (running handlers plus duplicates waiting for them), or lower the follower wait budget so that duplicates give up sooner";
 inline constexpr double pool_duplicates_share = 0.5;
@@ -307,6 +325,108 @@ inline constexpr storage_action classify(int http_status) noexcept
         return storage_action::release;
     return storage_action::fail;
 }
+
+inline constexpr std::size_t event_count = 11;
+
+inline constexpr std::string_view name(event e) noexcept
+{
+    switch (e)
+    {
+    case event::claimed:
+        return "claimed";
+    case event::recovered_ttl:
+        return "recovered_ttl";
+    case event::recovered_abandoned:
+        return "recovered_abandoned";
+    case event::pending_wait:
+        return "pending_wait";
+    case event::retryable_cooldown:
+        return "retryable_cooldown";
+    case event::lease_stolen:
+        return "lease_stolen";
+    case event::finalize_error:
+        return "finalize_error";
+    case event::release_error:
+        return "release_error";
+    case event::unknown_outcome:
+        return "unknown_outcome";
+    case event::finalized:
+        return "finalized";
+    case event::pool_exhausted:
+        return "pool_exhausted";
+    }
+    return "unknown";
+}
+
+// A namespace goes before the target: " " between (an empty namespace is none).
+inline std::string namespaced_target(std::string_view ns, std::string_view target)
+{
+    if (ns.empty())
+        return std::string(target);
+    std::string out(ns);
+    out += " ";
+    out += target;
+    return out;
+}
+
+// What config() is when the builder is told nothing.
+namespace defaults {
+inline constexpr std::chrono::milliseconds lease = std::chrono::milliseconds{30000};
+inline constexpr int renew_divisor = 3;  // renew_interval = lease / renew_divisor
+inline constexpr std::chrono::milliseconds follower_wait_budget = std::chrono::milliseconds{5000};
+inline constexpr std::chrono::milliseconds poll_min = std::chrono::milliseconds{50};
+inline constexpr std::chrono::milliseconds poll_max = std::chrono::milliseconds{1000};
+inline constexpr double poll_jitter = 0.25;
+inline constexpr std::chrono::milliseconds retry_after = std::chrono::milliseconds{1000};
+inline constexpr std::chrono::milliseconds failure_cooldown = std::chrono::milliseconds{2000};
+inline constexpr std::size_t max_request_body_bytes = 1048576;
+inline constexpr std::size_t max_cacheable_response_bytes = 2097152;
+inline constexpr unsigned max_iterations = 100;
+inline constexpr unsigned transaction_attempts = 3;
+inline constexpr status_profile profile = status_profile::ietf;
+inline constexpr std::string_view client_errors = "release";
+inline constexpr std::chrono::milliseconds pooled_wait_slice = std::chrono::milliseconds{200};
+}  // namespace defaults
+
+// What a configuration may not be.
+namespace limits {
+inline constexpr std::chrono::milliseconds min_lease = std::chrono::milliseconds{10};
+inline constexpr std::chrono::milliseconds max_lease = std::chrono::milliseconds{86400000};
+}  // namespace limits
+
+// The header a replayed answer carries (value "true").
+inline constexpr std::string_view replayed_header = "Idempotent-Replayed";
+
+// Response headers kept for replay unless configured otherwise.
+inline constexpr std::array<std::string_view, 6> default_replay_headers = {{"content-type", "content-disposition", "content-language", "cache-control", "etag", "location"}};
+
+// Never stored, whatever the configuration says.
+inline constexpr std::array<std::string_view, 10> never_stored_headers = {{"set-cookie", "set-cookie2", "cookie", "authorization", "proxy-authorization", "www-authenticate", "proxy-authenticate", "x-api-key", "x-csrf-token", "x-xsrf-token"}};
+
+// Nor a header whose lower-case name contains one of these.
+inline constexpr std::array<std::string_view, 5> never_stored_header_parts = {{"cookie", "session", "token", "authoriz", "authenticat"}};
+
+// The metrics' series (a Prometheus counter's exported name adds _total).
+namespace series {
+inline constexpr std::string_view requests_name = "idem_client_requests";
+inline constexpr std::string_view requests_help = "Requests through the pg_idem runner, by outcome.";
+inline constexpr std::string_view requests_label = "outcome";
+inline constexpr std::string_view events_name = "idem_client_events";
+inline constexpr std::string_view events_help = "Claim lifecycle events seen by the pg_idem runner.";
+inline constexpr std::string_view events_label = "event";
+}  // namespace series
+
+// idem_attempts' statuses and failure reasons.
+namespace attempt {
+inline constexpr std::string_view pending = "pending";
+inline constexpr std::string_view stored = "stored";
+inline constexpr std::string_view promoted = "promoted";
+inline constexpr std::string_view superseded = "superseded";
+inline constexpr std::string_view failed = "failed";
+inline constexpr std::string_view reaped_no_blob = "reaped_no_blob";
+inline constexpr std::string_view digest_mismatch = "digest_mismatch";
+inline constexpr std::string_view target_gone = "target_gone";
+}  // namespace attempt
 
 // The answers of idem_inbox_begin and idem_inbox_fail.
 enum class inbox_answer

@@ -1,6 +1,6 @@
 // Shared pieces of the engine, the claim, the follower wait and the claim
 // loop every mode goes round.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 #include <cstdio>
 
@@ -142,7 +142,10 @@ std::optional<run_result> engine::prepare(const request_view &req, call &c, bool
         unguarded = true;
         return std::nullopt;
     }
-    c.ck = cache_key(req.principal, req.method, req.target, req.idempotency_keys.front());
+    // The namespace goes where the protocol says (the same key in every client).
+    c.ck = cache_key(req.principal, req.method,
+                     protocol::namespaced_target(cfg_.key_namespace(), req.target),
+                     req.idempotency_keys.front());
     c.ck_bytes = to_bytes(c.ck);
     c.rh_bytes = to_bytes(request_hash(req.body));
     c.deadline = clock::now() + cfg_.follower_wait_budget();
@@ -161,14 +164,14 @@ claim_row engine::claim(call &c, pg::connection &conn) const
     std::vector<pg::param> params{pg::to_param(pg::as_bytea(c.ck_bytes)),
                                   pg::to_param(pg::as_bytea(c.rh_bytes)),
                                   pg::to_param(cfg_.lease()),
-                                  pg::to_param(lock_timeout_text(remaining(c.deadline)))};
+                                  pg::to_param(lock_wait_text(remaining(c.deadline)))};
     if (c.server_wait)
     {
         params.push_back(pg::to_param(c.asked));
         params.push_back(pg::param::text(wall_clock_in(c.asked), timestamptz_oid));
     }
     c.sent = clock::now();
-    return parse_row(qp(conn, c.server_wait ? sql_.claim_wait : sql_.claim, params,
+    return parse_row(qp(conn, c.server_wait ? calls(conn).claim_wait : calls(conn).claim, params,
                         pg::format::binary));
 }
 

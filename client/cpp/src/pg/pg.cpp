@@ -1,7 +1,7 @@
 // RAII wrappers over libpq: connection, result, transaction.
 #include <idem/pg.hpp>
 
-#include "pg_wire.hpp"
+#include "pg/wire.hpp"
 
 #include <libpq-fe.h>
 

@@ -1,14 +1,16 @@
 // Internal header of the single-flight runner (not installed): the engine
-// behind idem::runner, split by concern over runner*.cpp and
-// lease_keeper.cpp:
-//   runner_statements.cpp  the SQL it sends and the rows it reads back
-//   runner_follow.cpp      claim, follower wait and the claim loop
-//   lease_keeper.cpp       the renewal thread
-//   runner_settle.cpp      giving a claim up, settling an unknown commit
-//   runner_startup.cpp     runner::check() at start-up: refuse, or wait for the server
-//   runner.cpp             lease mode (run) and idem::runner itself
-//   runner_fenced.cpp      run_fenced
-//   runner_in_tx.cpp       run_in_transaction
+// behind idem::runner, split by concern over the files of src/runner/:
+//   statements.cpp    the SQL it sends and the rows it reads back
+//   follow.cpp        claim, follower wait and the claim loop
+//   lease_keeper.cpp  the renewal thread
+//   settle.cpp        giving a claim up, settling an unknown commit
+//   runner.cpp        lease mode (run) and idem::runner itself
+//   fenced.cpp        run_fenced
+//   in_tx.cpp         run_in_transaction
+//   checks.cpp        the first use's check of the extension, store errors reported
+//   startup.cpp       runner::check() at start-up: refuse, or wait for the server
+//   config.cpp, diagnostics.cpp  the public config and store_error (idem/config.hpp,
+//                     idem/diagnostics.hpp)
 //
 // Follower wake-up. A follower must learn that the winner finished within
 // milliseconds, from any connection, through any pooler. pg_idem 0.3.0's
@@ -26,16 +28,15 @@
 // the winner fails waits on through the cooldown (the server's rule) and
 // then claims the key.
 //
-// Against a server without max_wait (0.2.0), and with
-// follower_wakeup::polling, a follower polls: it naps with jittered
+// With follower_wakeup::polling, a follower polls: it naps with jittered
 // backoff (poll_min doubling to poll_max, never past the in_progress
 // answer's retry_after hint or the budget) and reads the key again with
 // idem_lookup, claiming it when it is free.
 //
 // No session state: the runner takes no advisory lock and sets nothing
-// with SET; lock_timeout is set with set_config(..., true) inside the
-// statement's own transaction. Any connection of a transaction-mode pooler
-// can serve any statement. (0.2.0 held a session advisory lock on the
+// with SET; the claims and the renewal pass lock_wait (pg_idem 0.6.0),
+// which the server applies for the call only. Any connection of a
+// transaction-mode pooler can serve any statement. (0.2.0 held a session advisory lock on the
 // winner's renewal connection instead; a pooler lent that backend to
 // others, and followers overshot their budget.)
 
@@ -67,8 +68,9 @@ inline milliseconds remaining(clock::time_point deadline)
     return left.count() > 0 ? left : milliseconds(0);
 }
 
-// lock_timeout value; 0 would mean "wait forever".
-inline std::string lock_timeout_text(milliseconds d)
+// The lock_wait argument: at least a millisecond (the server rounds up to
+// whole ones).
+inline std::string lock_wait_text(milliseconds d)
 {
     return std::to_string(std::max<std::int64_t>(1, d.count())) + "ms";
 }
@@ -143,12 +145,23 @@ struct claim_row
 // Reads the one row of a claim statement.
 claim_row parse_row(const pg::result &r);
 
+// The claims and the renewal, which pass lock_wait (the longest each wait
+// on another transaction's lock on the key may last). claim_wait,
+// begin_wait: with idem_claim / idem_begin's max_wait.
+struct claim_statements
+{
+    std::string claim, claim_wait, begin, begin_wait, renew;
+};
+
 // The SQL the runner sends, with the extension's schema when configured.
+// The claims in two forms with the same parameters: with lock_wait as an
+// argument (pg_idem 0.6.0), and legacy, for 0.3.0 - 0.5.x, which sets it
+// as lock_timeout around the call (the legacy form goes when
+// protocol::oldest_extension reaches 0.6.0).
 struct statements
 {
-    // claim_wait, begin_wait: with idem_claim / idem_begin's max_wait (0.3.0).
-    std::string claim, claim_wait, lookup, begin, begin_wait, renew, probe_renew, finalize, release,
-        fail;
+    claim_statements plain, legacy;
+    std::string lookup, finalize, release, fail;
 
     explicit statements(const std::string &schema);
 };
@@ -158,6 +171,7 @@ struct server_features
 {
     bool claim_wait = false;  // idem_claim(cache_key, request_hash, lease, max_wait)
     bool begin_wait = false;  // idem_begin(..., max_wait)
+    bool lock_wait = false;   // idem_claim(..., max_wait, lock_wait) and the others (0.6.0)
     bool router = false;      // a PL/Proxy router: no extension, its idem_* functions forward
     std::string edition;      // "c" (the library) or "sql" (the SQL edition); empty for a router
 };
@@ -323,9 +337,14 @@ public:
         return c.exec_prepared(sql, params, f, pg::preparation::unnamed);
     }
     const statements &sql() const { return sql_; }
+    // The claims and the renewal in the form this server takes.
+    const claim_statements &calls(pg::connection &conn) const
+    {
+        return features(conn).lock_wait ? sql_.plain : sql_.legacy;
+    }
     // The server's features, asked on conn the first time (then cached);
     // none when asking fails (asked again next time).
-    // The first use also checks the extension (runner_checks.cpp): a
+    // The first use also checks the extension (checks.cpp): a
     // setup_error when it cannot be used as configured.
     server_features features(pg::connection &conn) const;
     // runner::check(): the same on a connection of its own, asked anew;
@@ -356,6 +375,40 @@ private:
         answer,
         wait,
         claim
+    };
+    // What a part of a run decided: go on with the next part, go round
+    // again (a retry), or the request is answered (or its error rethrown).
+    enum class step
+    {
+        next,
+        again,
+        answered
+    };
+    // An in-transaction run across its loop (in_tx.cpp).
+    struct in_tx_run
+    {
+        connection_handle conn;
+        bool do_claim = true;
+        unsigned attempts = 0;  // transactions the server rolled back
+        unsigned broken = 0;    // connections lost in a row
+        run_result result;      // once answered
+    };
+    // What is left to do with a fenced claim once the handler's transaction is over.
+    enum class fenced_after
+    {
+        done,     // stored with the transaction
+        give_up,  // release or fail it
+        follow,   // lost it (IL001): answer from the key like a follower
+        pending   // the handler ran, its result is not stored: leave the key to its lease
+    };
+    // A fenced win across the tries of the handler's transaction (fenced.cpp).
+    struct fenced_run
+    {
+        fenced_after todo = fenced_after::give_up;
+        storage_action action = storage_action::fail;
+        outcome result = outcome::failed;
+        response resp;
+        std::exception_ptr rethrow;  // the handler's error
     };
     using win_fn = std::function<run_result(call &, connection_handle, claim_row &)>;
 
@@ -399,6 +452,25 @@ private:
                         std::int64_t generation, const response &resp) const;
     run_result win_fenced(call &c, connection_handle conn, claim_row &row,
                           const transaction_handler &h, pg::isolation level) const;
+    step run_handler_fenced(call &c, claim_context &ctx, const transaction_handler &h,
+                            pg::isolation level, unsigned attempt, connection_handle &tx_conn,
+                            std::optional<pg::transaction> &tx, fenced_run &run) const;
+    step store_fenced(call &c, const claim_row &row, pg::transaction &tx, unsigned attempt,
+                      fenced_run &run) const;
+    void commit_fenced(call &c, const claim_row &row, pg::transaction &tx, fenced_run &run) const;
+    run_result conclude_fenced(call &c, lease_keeper &keeper, claim_row &row, fenced_run &run,
+                               const transaction_handler &h, pg::isolation level) const;
+    claim_row begin_flight(call &c, in_tx_run &s, pg::isolation level,
+                           std::optional<pg::transaction> &tx) const;
+    step begin_in_tx(call &c, in_tx_run &s, pg::isolation level, std::optional<pg::transaction> &tx,
+                     claim_row &row) const;
+    step run_handler_in_tx(call &c, in_tx_run &s, std::optional<pg::transaction> &tx,
+                           const claim_row &row, const transaction_handler &h, response &resp) const;
+    step store_in_tx(call &c, in_tx_run &s, std::optional<pg::transaction> &tx, const claim_row &row,
+                     response resp) const;
+    bool commit_in_tx(call &c, in_tx_run &s, std::optional<pg::transaction> &tx, const claim_row &row,
+                      const response &resp, storage_action action,
+                      std::optional<std::size_t> &server_cap) const;
     run_result unguarded_tx(call &c, const transaction_handler &h, pg::isolation level) const;
     void keep_cooldown(call &c, std::optional<pg::transaction> &tx,
                        const std::string &claim_id) const;

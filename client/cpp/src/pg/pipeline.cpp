@@ -2,7 +2,7 @@
 // round trip), and a transaction whose BEGIN or COMMIT rides with them.
 #include <idem/pg.hpp>
 
-#include "pg_wire.hpp"
+#include "pg/wire.hpp"
 
 namespace idem::pg {
 

@@ -1,5 +1,5 @@
 // The SQL the runner sends and the rows it reads back.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 #include <cctype>
 #include <cstdio>
@@ -74,37 +74,46 @@ statements::statements(const std::string &schema)
         "SELECT r.outcome, r.claim_id::text, r.generation, "
         "ceil(extract(epoch FROM r.retry_after) * 1000)::int8, "
         "r.response_status, r.response_headers::text, r.response_body";
-    // $1 cache key, $2 request hash, $3 lease, $4 lock_timeout, $5 max_wait,
+    // $1 cache key, $2 request hash, $3 lease, $4 lock_wait, $5 max_wait,
     // $6 the client's deadline (wall clock). The server waits the smaller
     // of the two: a statement that sat in a pooler's queue (every server
     // connection busy, e.g. with other waiters) waits only what is left,
     // and clock skew can only shorten the wait, never lengthen it.
-    // lock_timeout is set (for this statement's transaction only) before
-    // idem_claim runs (the LATERAL reference orders them) so a claim stuck
-    // behind an idem_begin transaction gives up with the wait budget.
-    const std::string claim_from =
-        " FROM (SELECT pg_catalog.set_config('lock_timeout', $4, true) AS lt) s "
-        "CROSS JOIN LATERAL " +
-        p + "idem_claim($1, $2, CASE WHEN s.lt IS NOT NULL THEN $3::interval END";
-    claim = cols + claim_from + ") r";
-    claim_wait = cols + claim_from + ", " + wait_arg(5) + ") r";
+    // lock_wait (pg_idem 0.6.0, for the call only) makes a claim stuck
+    // behind an idem_begin transaction give up with the wait budget.
+    const std::string claim_fn = " FROM " + p + "idem_claim($1, $2, $3::interval, ";
+    plain.claim = cols + claim_fn + "NULL::interval, $4::interval) r";
+    plain.claim_wait = cols + claim_fn + wait_arg(5) + ", $4::interval) r";
     lookup = cols + " FROM " + p + "idem_lookup($1, $2) r";
-    // $1, $2 as above, $3 lock_timeout, $4 max_wait, $5 deadline. Duplicates wait inside
-    // idem_begin for the first transaction: lock_timeout bounds that wait
-    // by the budget, and the last column puts the caller's setting back
-    // (read before it was changed), so the handler runs with its own.
-    const std::string begin_from =
-        ", pg_catalog.set_config('lock_timeout', s.old, true) "
-        "FROM (SELECT pg_catalog.current_setting('lock_timeout') AS old, "
-        "pg_catalog.set_config('lock_timeout', $3, true) AS lt) s "
-        "CROSS JOIN LATERAL " +
-        p + "idem_begin($1, $2, CASE WHEN s.lt IS NOT NULL THEN NULL::interval END";
-    begin = cols + begin_from + ") r";
-    begin_wait = cols + begin_from + ", " + wait_arg(4) + ") r";
-    renew = "SELECT CASE WHEN s.lt IS NOT NULL THEN " + p +
-            "idem_renew($1, $2::uuid, $3::interval) IS NOT NULL END "
-            "FROM (SELECT pg_catalog.set_config('lock_timeout', $4, true) AS lt) s";
-    probe_renew = renew;
+    // $1, $2 as above, $3 lock_wait, $4 max_wait, $5 deadline. Duplicates
+    // wait inside idem_begin for the first transaction: lock_wait bounds
+    // that wait by the budget, for idem_begin only, so the handler runs
+    // with the transaction's own lock_timeout.
+    const std::string begin_fn = " FROM " + p + "idem_begin($1, $2, NULL::interval, ";
+    plain.begin = cols + begin_fn + "NULL::interval, $3::interval) r";
+    plain.begin_wait = cols + begin_fn + wait_arg(4) + ", $3::interval) r";
+    // $1 cache key, $2 claim id, $3 lease, $4 lock_wait.
+    plain.renew = "SELECT " + p + "idem_renew($1, $2::uuid, $3::interval, $4::interval) IS NOT NULL";
+
+    // The same parameters for 0.3.0 - 0.5.x: lock_wait set as lock_timeout
+    // (for the statement's transaction only) before the call runs (the
+    // LATERAL reference orders them); idem_begin's last column puts the
+    // caller's setting back (read before it was changed).
+    const std::string claim_from = " FROM (SELECT pg_catalog.set_config('lock_timeout', $4, true) AS lt) s "
+                                   "CROSS JOIN LATERAL " +
+                                   p + "idem_claim($1, $2, CASE WHEN s.lt IS NOT NULL THEN $3::interval END";
+    legacy.claim = cols + claim_from + ") r";
+    legacy.claim_wait = cols + claim_from + ", " + wait_arg(5) + ") r";
+    const std::string begin_from = ", pg_catalog.set_config('lock_timeout', s.old, true) "
+                                   "FROM (SELECT pg_catalog.current_setting('lock_timeout') AS old, "
+                                   "pg_catalog.set_config('lock_timeout', $3, true) AS lt) s "
+                                   "CROSS JOIN LATERAL " +
+                                   p + "idem_begin($1, $2, CASE WHEN s.lt IS NOT NULL THEN NULL::interval END";
+    legacy.begin = cols + begin_from + ") r";
+    legacy.begin_wait = cols + begin_from + ", " + wait_arg(4) + ") r";
+    legacy.renew = "SELECT CASE WHEN s.lt IS NOT NULL THEN " + p +
+                   "idem_renew($1, $2::uuid, $3::interval) IS NOT NULL END "
+                   "FROM (SELECT pg_catalog.set_config('lock_timeout', $4, true) AS lt) s";
     // $7: the body is over the client's cap. The server stores a body over
     // idem.max_response_bytes as completed, not replayable, so the runner
     // lowers that setting to 0 for this transaction and sends one byte

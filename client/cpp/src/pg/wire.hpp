@@ -1,5 +1,5 @@
 // Internal header of the libpq wrappers (not installed): what pg.cpp and
-// pg_pipeline.cpp both hand to libpq.
+// pipeline.cpp both hand to libpq.
 #pragma once
 
 #include <idem/pg.hpp>

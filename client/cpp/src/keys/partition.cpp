@@ -88,15 +88,16 @@ partitioned_pool partitioned_pool::from_router(const std::string &router_conninf
     return partitioned_pool(partition_map::load(router), std::move(extra_conninfo), max_idle);
 }
 
-connection_provider *partitioned_pool::for_request(const request_view &req)
+connection_provider *partitioned_pool::for_request(const request_view &req, std::string_view key_namespace)
 {
     if (check_key_header(req.idempotency_keys) != key_status::ok)
         return nullptr;
-    return &for_key(cache_key(req.principal, req.method, req.target, req.idempotency_keys.front()));
+    return &for_key(cache_key(req.principal, req.method, protocol::namespaced_target(key_namespace, req.target),
+                              req.idempotency_keys.front()));
 }
 
 partitioned_runner::partitioned_runner(partitioned_pool &pools, config cfg, metrics *observer)
-    : pools_(&pools)
+    : pools_(&pools), key_namespace_(cfg.key_namespace())
 {
     for (std::size_t i = 0; i < pools.map().size(); ++i)
         runners_.emplace_back(pools.partition(i), cfg, observer);
@@ -106,8 +107,9 @@ std::size_t partitioned_runner::partition_of(const request_view &req) const
 {
     if (check_key_header(req.idempotency_keys) != key_status::ok)
         return 0;
-    return pools_->map().partition_of(
-        cache_key(req.principal, req.method, req.target, req.idempotency_keys.front()));
+    return pools_->map().partition_of(cache_key(req.principal, req.method,
+                                                protocol::namespaced_target(key_namespace_, req.target),
+                                                req.idempotency_keys.front()));
 }
 
 run_result partitioned_runner::run(const request_view &req, const handler &h) const

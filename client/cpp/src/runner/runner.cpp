@@ -1,6 +1,6 @@
 // The single-flight runner: lease mode (run) and idem::runner itself. The
-// engine is declared in runner_engine.hpp, which describes the design.
-#include "runner_engine.hpp"
+// engine is declared in engine.hpp, which describes the design.
+#include "runner/engine.hpp"
 
 namespace idem {
 

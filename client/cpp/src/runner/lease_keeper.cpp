@@ -1,5 +1,5 @@
 // The winner's renewal thread (lease_keeper).
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 
@@ -42,8 +42,8 @@ void lease_keeper::loop()
         {
             if (!conn_)
                 conn_ = e_.provider().acquire();
-            pg::result r = e_.q(*conn_, e_.sql().renew, pg::as_bytea(c_.ck_bytes), claim_id_,
-                                cfg.lease(), lock_timeout_text(cfg.renew_interval()));
+            pg::result r = e_.q(*conn_, e_.calls(*conn_).renew, pg::as_bytea(c_.ck_bytes), claim_id_,
+                                cfg.lease(), lock_wait_text(cfg.renew_interval()));
             if (r.is_null(0, 0) || !r.get_bool(0, 0))
             {
                 // Taken over: stop renewing (a long handler may look at lost()).

@@ -10,7 +10,7 @@
 // turns out stale rolls back that attempt's writes only.
 #include <idem/reconciler.hpp>
 
-#include "messages_detail.hpp"
+#include "messaging/detail.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -139,10 +139,10 @@ bool promote(pg::transaction &tx, const attempt_sql &sql, const attempt_ref &a, 
 }
 
 // idem_attempt_fail with its failure event; false when stale.
-bool fail(pg::transaction &tx, const attempt_sql &sql, const attempt_ref &a, const char *reason)
+bool fail(pg::transaction &tx, const attempt_sql &sql, const attempt_ref &a, std::string_view reason)
 {
     return call_bool(tx, sql.fail,
-                     {pg::to_param(a.attempt_id), pg::to_param(a.generation), pg::to_param(reason)});
+                     {pg::to_param(a.attempt_id), pg::to_param(a.generation), pg::to_param(std::string(reason))});
 }
 
 // idem_attempt_store with the digest read back from the blob; false when stale.
@@ -159,7 +159,7 @@ bool store(pg::transaction &tx, const attempt_sql &sql, const attempt_ref &a, co
 
 attempt_ref attempt_decision::attempt(const attempt_request &req) const
 {
-    if (!attempt_id || !object_key || !status || (*status != "pending" && *status != "stored"))
+    if (!attempt_id || !object_key || !status || (*status != protocol::attempt::pending && *status != protocol::attempt::stored))
         throw std::logic_error("attempt_decision::attempt: decision \"" + decision +
                                "\" names no pending or stored attempt");
     attempt_ref a;
@@ -257,13 +257,13 @@ const char *to_string(completion c) noexcept
     switch (c)
     {
     case completion::promoted:
-        return "promoted";
+        return protocol::attempt::promoted.data();  // the attempt's status now
     case completion::stale:
         return "stale";
     case completion::missing_blob:
         return "missing_blob";
     case completion::digest_mismatch:
-        return "digest_mismatch";
+        return protocol::attempt::digest_mismatch.data();  // the attempt's failure reason
     }
     return "stale";
 }
@@ -273,7 +273,7 @@ completion complete_attempt(pg::connection &c, blob_store &blobs, const attempt_
                             const std::string &schema, unsigned attempts)
 {
     detail::check_schema(schema, "complete_attempt");
-    if (attempt.status != "pending" && attempt.status != "stored")
+    if (attempt.status != protocol::attempt::pending && attempt.status != protocol::attempt::stored)
         throw std::invalid_argument("complete_attempt: the attempt is " + attempt.status +
                                     ", not pending or stored");
     const std::optional<digest> want = attempt.declared_digest ? attempt.declared_digest : expected;
@@ -288,10 +288,10 @@ completion complete_attempt(pg::connection &c, blob_store &blobs, const attempt_
         return completion::missing_blob;
     if (*found != *want)
     {
-        if (attempt.status == "pending")
+        if (attempt.status == protocol::attempt::pending)
         {
             pg::transaction tx(c);
-            const bool failed = fail(tx, sql, attempt, "digest_mismatch");
+            const bool failed = fail(tx, sql, attempt, protocol::attempt::digest_mismatch);
             tx.commit();
             if (!failed)
                 return completion::stale;
@@ -304,7 +304,7 @@ completion complete_attempt(pg::connection &c, blob_store &blobs, const attempt_
         try
         {
             pg::transaction tx(c);
-            if (attempt.status == "pending" && !store(tx, sql, attempt, *want))
+            if (attempt.status == protocol::attempt::pending && !store(tx, sql, attempt, *want))
                 return completion::stale;  // rolled back by tx's destructor
             if (!promote(tx, sql, attempt, *want, finalize))
                 return completion::stale;
@@ -409,16 +409,16 @@ struct reconciler::state
     bool reconcile_one(pg::transaction &tx, const attempt_ref &a, reconcile_report &rep)
     {
         const std::optional<digest> found = blobs.digest_of(a.object_key);
-        if (a.status == "pending")
+        if (a.status == protocol::attempt::pending)
         {
             if (!a.declared_digest || !found)
             {
-                (fail(tx, sql, a, "reaped_no_blob") ? rep.reaped_no_blob : rep.stale)++;
+                (fail(tx, sql, a, protocol::attempt::reaped_no_blob) ? rep.reaped_no_blob : rep.stale)++;
                 return true;
             }
             if (*found != *a.declared_digest)
             {
-                (fail(tx, sql, a, "digest_mismatch") ? rep.digest_mismatch : rep.stale)++;
+                (fail(tx, sql, a, protocol::attempt::digest_mismatch) ? rep.digest_mismatch : rep.stale)++;
                 return true;
             }
             if (!store(tx, sql, a, *found))

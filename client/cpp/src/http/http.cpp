@@ -1,4 +1,5 @@
-// Status matrix, replay header allowlist and problem details.
+// Status matrix, replay header allowlist and problem details. The replay
+// headers, like the statuses, are the protocol's (idem/protocol.hpp).
 #include <idem/http.hpp>
 #include <idem/metrics.hpp>
 
@@ -18,19 +19,6 @@ std::string lower(std::string_view s)
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     return out;
 }
-
-const char *const default_replay_headers[] = {
-    "content-type", "content-disposition", "content-language",
-    "cache-control", "etag", "location",
-};
-
-// Exact names that carry credentials or session state.
-const char *const never_stored_names[] = {
-    "set-cookie", "set-cookie2", "cookie", "authorization", "proxy-authorization",
-    "www-authenticate", "proxy-authenticate", "x-api-key", "x-csrf-token", "x-xsrf-token",
-};
-// Substrings that mark a header as session or auth state.
-const char *const never_stored_parts[] = {"cookie", "session", "token", "authoriz", "authenticat"};
 
 }  // namespace
 
@@ -66,7 +54,7 @@ bool header_name_equal(std::string_view a, std::string_view b) noexcept
 
 bool is_never_stored(std::string_view name) noexcept
 {
-    for (const char *n : never_stored_names)
+    for (std::string_view n : protocol::never_stored_headers)
         if (header_name_equal(name, n))
             return true;
     std::string l;
@@ -78,7 +66,7 @@ bool is_never_stored(std::string_view name) noexcept
     {
         return true;
     }
-    for (const char *part : never_stored_parts)
+    for (std::string_view part : protocol::never_stored_header_parts)
         if (l.find(part) != std::string::npos)
             return true;
     return false;
@@ -86,7 +74,7 @@ bool is_never_stored(std::string_view name) noexcept
 
 header_allowlist::header_allowlist()
 {
-    for (const char *n : default_replay_headers)
+    for (std::string_view n : protocol::default_replay_headers)
         names_.emplace_back(n);
 }
 
@@ -249,32 +237,8 @@ const char *to_string(outcome o) noexcept
 
 const char *to_string(event e) noexcept
 {
-    switch (e)
-    {
-    case event::claimed:
-        return "claimed";
-    case event::recovered_ttl:
-        return "recovered_ttl";
-    case event::recovered_abandoned:
-        return "recovered_abandoned";
-    case event::pending_wait:
-        return "pending_wait";
-    case event::retryable_cooldown:
-        return "retryable_cooldown";
-    case event::lease_stolen:
-        return "lease_stolen";
-    case event::finalize_error:
-        return "finalize_error";
-    case event::release_error:
-        return "release_error";
-    case event::unknown_outcome:
-        return "unknown_outcome";
-    case event::finalized:
-        return "finalized";
-    case event::pool_exhausted:
-        return protocol::pool_exhausted_event.data();  // a literal: NUL-terminated
-    }
-    return "unknown";
+    // The generated names are string literals: data() is NUL-terminated.
+    return protocol::name(e).data();
 }
 
 }  // namespace idem

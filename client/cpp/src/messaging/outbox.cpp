@@ -1,9 +1,8 @@
 // The outbox drainer: claim, publish, ack and nack, wait, stop.
 #include <idem/outbox.hpp>
-
 #include <idem/protocol.hpp>
 
-#include "messages_detail.hpp"
+#include "messaging/detail.hpp"
 
 #include <libpq-fe.h>
 

@@ -153,18 +153,25 @@ config::builder &config::builder::schema(std::string name)
     c_.schema_ = std::move(name);
     return *this;
 }
+config::builder &config::builder::key_namespace(std::string name)
+{
+    c_.key_namespace_ = std::move(name);
+    return *this;
+}
 
 config config::builder::build() const
 {
     config c = c_;
     if (!renew_set_)
-        c.renew_interval_ = std::max(milliseconds(1), c.lease_ / 3);
+        c.renew_interval_ = std::max(milliseconds(1), c.lease_ / protocol::defaults::renew_divisor);
 
     require_positive("lease", c.lease_);
-    if (c.lease_ < milliseconds(10))
-        refuse("lease must be at least 10 ms (got " + ms(c.lease_) + ")");
-    if (c.lease_ > std::chrono::hours(24))
-        refuse("lease must be at most 24 hours (got " + ms(c.lease_) + ")");
+    if (c.lease_ < protocol::limits::min_lease)
+        refuse("lease must be at least " + ms(protocol::limits::min_lease) + " (got " + ms(c.lease_) + ")");
+    if (c.lease_ > protocol::limits::max_lease)
+        refuse("lease must be at most " +
+               std::to_string(std::chrono::duration_cast<std::chrono::hours>(protocol::limits::max_lease).count()) +
+               " hours (got " + ms(c.lease_) + ")");
     require_positive("renew_interval", c.renew_interval_);
     if (c.renew_interval_ >= c.lease_)
         refuse("renew_interval (" + ms(c.renew_interval_) + ") must be shorter than lease (" +
@@ -202,6 +209,9 @@ config config::builder::build() const
     }
     if (c.schema_.find('\0') != std::string::npos)
         refuse("schema contains a NUL byte");
+    for (unsigned char ch : c.key_namespace_)
+        if (std::isspace(ch) || ch == '\0')
+            refuse("key_namespace is a service name without spaces (got \"" + c.key_namespace_ + "\")");
     return c;
 }
 

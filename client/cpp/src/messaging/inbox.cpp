@@ -12,7 +12,7 @@
 
 #include <idem/key.hpp>
 
-#include "messages_detail.hpp"
+#include "messaging/detail.hpp"
 
 #include <algorithm>
 #include <optional>

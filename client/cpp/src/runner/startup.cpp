@@ -6,7 +6,7 @@
 // (nothing listens at the address or socket, it is starting up: 57P03, it
 // is full: 53300), which may be starting beside the service. Before, only
 // the first requests found such a role or socket, each answered 503.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 #include <cstdio>
 

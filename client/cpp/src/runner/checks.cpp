@@ -2,7 +2,7 @@
 // schema on the path, EXECUTE, the lease within idem.max_lease), which
 // also finds out the server's features, and the reporting of store errors
 // (the on_error hook, one log line per cause).
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 #include <idem/version.hpp>
 
@@ -23,14 +23,18 @@ const char *const check_sql =
     " ('idem_claim', 'idem_lookup', 'idem_begin', 'idem_renew', 'idem_finalize', "
     "  'idem_release', 'idem_fail') "
     " AND NOT pg_catalog.has_function_privilege(p.oid, 'EXECUTE')), "
+    // max_wait (0.3.0: a fourth argument) and lock_wait (0.6.0: a fifth).
     "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
-    " AND p.proname = 'idem_claim' AND p.pronargs = 4 "
+    " AND p.proname = 'idem_claim' AND p.pronargs >= 4 "
     " AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype), "
     "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
-    " AND p.proname = 'idem_begin' AND p.pronargs = 4 "
+    " AND p.proname = 'idem_begin' AND p.pronargs >= 4 "
     " AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype), "
     "(SELECT s.setting FROM pg_catalog.pg_settings s WHERE s.name = 'idem.max_lease'), "
     "CURRENT_USER::text, pg_catalog.current_database()::text, "
+    "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
+    " AND p.proname = 'idem_claim' AND p.pronargs = 5 "
+    " AND p.proargtypes[4] = 'pg_catalog.interval'::pg_catalog.regtype), "
     // idem_edition() (0.6.0): 'c' or 'sql'; the SQL edition's plain script
     // has no extension row, and is no router.
     "EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) x.extnamespace "
@@ -77,11 +81,11 @@ std::vector<long> version_parts(std::string_view v)
 
 std::string ms_text(milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
-// Which edition answers, once the check row (column 9) found idem_edition
+// Which edition answers, once the check row (column 10) found idem_edition
 // in the schema (column 1): "c" or "sql".
 void ask_edition(pg::connection &conn, const pg::result &r, server_features &f)
 {
-    if (f.router || !r.get_bool(0, 9))
+    if (f.router || !r.get_bool(0, 10))
         return;
     std::string quoted = "\"";
     for (char ch : r.get_text(0, 1))
@@ -132,7 +136,7 @@ server_features engine::check_row(const pg::result &r) const
     // have the extension (their versions are theirs to check), or the SQL
     // edition's plain script (it has idem_edition, and is at least 0.6.0).
     const bool on_path = r.get_optional_text(0, 1).has_value();
-    const bool router = !version && on_path && !r.get_bool(0, 9);
+    const bool router = !version && on_path && !r.get_bool(0, 10);
     if (!version && !on_path)
         throw setup_error("pg_idem: the extension pg_idem is not installed in database \"" + db +
                           "\": CREATE EXTENSION pg_idem there (docs/guides/privileges.md), then "
@@ -172,6 +176,7 @@ server_features engine::check_row(const pg::result &r) const
     server_features f;
     f.claim_wait = r.get_bool(0, 4);
     f.begin_wait = r.get_bool(0, 5);
+    f.lock_wait = r.get_bool(0, 9);
     f.router = router;
     f.edition = router ? "" : "c";
     return f;

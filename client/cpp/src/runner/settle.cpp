@@ -1,6 +1,6 @@
 // Giving a claim up (release, fail) and settling a commit whose outcome
 // was lost with the connection.
-#include "runner_engine.hpp"
+#include "runner/engine.hpp"
 
 namespace idem::detail {
 
@@ -52,10 +52,10 @@ settled engine::settle_by_reading(call &c, const std::string &claim_id,
         try
         {
             connection_handle conn = provider_.acquire();
-            pg::result r = qu(*conn, sql_.probe_renew,
+            pg::result r = qu(*conn, calls(*conn).renew,
                               {pg::to_param(pg::as_bytea(c.ck_bytes)), pg::to_param(claim_id),
                                pg::to_param(cfg_.lease()),
-                               pg::to_param(lock_timeout_text(remaining(deadline)))});
+                               pg::to_param(lock_wait_text(remaining(deadline)))});
             if (!r.is_null(0, 0) && r.get_bool(0, 0))
                 return settled::not_committed;
             const claim_row row = parse_row(qu(*conn, sql_.lookup,
