@@ -23,6 +23,7 @@
 #include "nodes/pg_list.h"
 #include "parser/analyze.h"
 #include "storage/lock.h"
+#include "storage/shmem.h"
 #include "utils/guc.h"
 #include "utils/relcache.h"
 #if PG_VERSION_NUM >= 160000
@@ -351,5 +352,21 @@ idem_guc_malloc(size_t size)
 #else
 #define idem_my_proc_number() (MyProc->pgprocno)
 #endif
+
+/*
+ * A hash table of fixed size in shared memory.  PostgreSQL 19's
+ * ShmemInitHash takes one size, the table's (its shared-memory rework
+ * added ShmemRequestHash and kept this as the "legacy" call); before, an
+ * initial and a maximum size, which a fixed-size table gives alike.
+ */
+static inline HTAB *
+idem_shmem_init_hash(const char *name, long nelems, HASHCTL *info, int flags)
+{
+#if PG_VERSION_NUM >= 190000
+	return ShmemInitHash(name, nelems, info, flags);
+#else
+	return ShmemInitHash(name, nelems, nelems, info, flags);
+#endif
+}
 
 #endif							/* IDEM_CORE_COMPAT_H */

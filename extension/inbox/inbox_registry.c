@@ -174,12 +174,12 @@ registry_shmem_startup(void)
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(InboxEntryId);
 	info.entrysize = sizeof(InboxEntry);
-	entries = ShmemInitHash("pg_idem inbox entries", registry_capacity(), registry_capacity(),
-							&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	entries = idem_shmem_init_hash("pg_idem inbox entries", registry_capacity(),
+								   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	info.keysize = sizeof(Oid);
 	info.entrysize = sizeof(RoleCount);
-	role_counts = ShmemInitHash("pg_idem inbox roles", registry_capacity(), registry_capacity(),
-								&info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	role_counts = idem_shmem_init_hash("pg_idem inbox roles", registry_capacity(),
+									   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
