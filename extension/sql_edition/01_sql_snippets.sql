@@ -89,10 +89,18 @@ END;
 -- An interval's length in microseconds, a month counted as 30 days and a
 -- day as 24 hours (core/arguments.c, idem_interval_usecs); numeric, so a
 -- huge one is compared, not overflowed.  target is a numeric variable.
+-- An infinite interval (PostgreSQL 17 and later), whose fields EXTRACT
+-- answers NULL for, is +/-Infinity, refused or capped as the C edition's
+-- largest values are.
 -- @snippet interval_us(target, arg)
-%target% := ((EXTRACT(year FROM %arg%) * 12 + EXTRACT(month FROM %arg%)) * 30 + EXTRACT(day FROM %arg%)) * 86400000000
-            + (EXTRACT(hour FROM %arg%) * 3600 + EXTRACT(minute FROM %arg%) * 60) * 1000000
-            + EXTRACT(microseconds FROM %arg%);
+IF NOT pg_catalog.isfinite(%arg%) THEN
+    %target% := CASE WHEN %arg% OPERATOR(pg_catalog.>) '0'::pg_catalog.interval
+                     THEN 'Infinity' ELSE '-Infinity' END::pg_catalog.numeric;
+ELSE
+    %target% := ((EXTRACT(year FROM %arg%) * 12 + EXTRACT(month FROM %arg%)) * 30 + EXTRACT(day FROM %arg%)) * 86400000000
+                + (EXTRACT(hour FROM %arg%) * 3600 + EXTRACT(minute FROM %arg%) * 60) * 1000000
+                + EXTRACT(microseconds FROM %arg%);
+END IF;
 -- @end
 
 -- A lease or cooldown argument as a pure duration (core/arguments.c,
