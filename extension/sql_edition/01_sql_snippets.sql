@@ -259,15 +259,18 @@ END;
 -- @end
 
 -- The lock_wait argument (keys/lock_wait.c): lock_timeout for the call
--- only.  The host has SET lock_timeout FROM CURRENT, which puts the
--- caller's value back when the call returns (a function's SET clause
--- saves the setting it names); the abort of the (sub)transaction does
--- when the call fails.  NULL keeps the session's; 0 waits a millisecond
--- (lock_timeout's own 0 would mean no limit).  Host declares a_us numeric.
--- (LEAST and GREATEST are expressions of the grammar, not functions a
--- role could shadow.)
+-- only.  The value is set for the transaction (set_config's is_local)
+-- and the caller's value, saved in a_saved, set back when the call
+-- returns (lock_wait_restore); when the call fails, the abort of the
+-- (sub)transaction puts it back.  (A SET clause cannot: SET lock_timeout
+-- FROM CURRENT would take the value current at CREATE FUNCTION, and a
+-- call with NULL must keep the caller's.)  NULL keeps the session's; 0
+-- waits a millisecond (lock_timeout's own 0 would mean no limit).  Host
+-- declares a_us numeric and a_saved text.  (LEAST and GREATEST are
+-- expressions of the grammar, not functions a role could shadow.)
 -- @snippet lock_wait_arg(arg)
 IF %arg% IS NOT NULL THEN
+    a_saved := pg_catalog.current_setting('lock_timeout');
     {{interval_us(a_us, %arg%)}}
     IF a_us < 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
@@ -278,5 +281,12 @@ IF %arg% IS NOT NULL THEN
     PERFORM pg_catalog.set_config('lock_timeout',
         LEAST(GREATEST(pg_catalog.ceil(a_us / 1000), 1), 2147483647)::pg_catalog.int8::pg_catalog.text || 'ms',
         true);
+END IF;
+-- @end
+
+-- The caller's lock_timeout back after a call that applied lock_wait.
+-- @snippet lock_wait_restore()
+IF a_saved IS NOT NULL THEN
+    PERFORM pg_catalog.set_config('lock_timeout', a_saved, true);
 END IF;
 -- @end

@@ -102,13 +102,17 @@ $function$
 -- @end
 
 -- @symbol idem_claim/5
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $function$
 DECLARE
     a_us pg_catalog.numeric;
+    a_saved pg_catalog.text;
+    a_result @extschema@.idem_claim_result;
 BEGIN
     {{lock_wait_arg($5)}}
-    RETURN ROW($1, $2, $3, $4, false, CURRENT_USER)::@extschema@.idem__claim_call::@extschema@.idem_claim_result;
+    a_result := ROW($1, $2, $3, $4, false, CURRENT_USER)::@extschema@.idem__claim_call::@extschema@.idem_claim_result;
+    {{lock_wait_restore()}}
+    RETURN a_result;
 END
 $function$
 -- @end
@@ -132,13 +136,17 @@ $function$
 -- @end
 
 -- @symbol idem_renew/4
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $function$
 DECLARE
     a_us pg_catalog.numeric;
+    a_saved pg_catalog.text;
+    a_result pg_catalog.timestamptz;
 BEGIN
     {{lock_wait_arg($4)}}
-    RETURN ROW($1, $2, $3, CURRENT_USER)::@extschema@.idem__renew_call::pg_catalog.timestamptz;
+    a_result := ROW($1, $2, $3, CURRENT_USER)::@extschema@.idem__renew_call::pg_catalog.timestamptz;
+    {{lock_wait_restore()}}
+    RETURN a_result;
 END
 $function$
 -- @end

@@ -13,13 +13,17 @@ $function$
 -- @end
 
 -- @symbol idem_begin/5
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout FROM CURRENT
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp
 AS $function$
 DECLARE
     a_us pg_catalog.numeric;
+    a_saved pg_catalog.text;
+    a_result @extschema@.idem_claim_result;
 BEGIN
     {{lock_wait_arg($5)}}
-    RETURN ROW($1, $2, $3, $4, true, CURRENT_USER)::@extschema@.idem__claim_call::@extschema@.idem_claim_result;
+    a_result := ROW($1, $2, $3, $4, true, CURRENT_USER)::@extschema@.idem__claim_call::@extschema@.idem_claim_result;
+    {{lock_wait_restore()}}
+    RETURN a_result;
 END
 $function$
 -- @end
