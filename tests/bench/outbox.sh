@@ -9,6 +9,9 @@
 #   pg_idem         idem_outbox_stage / _stage_batch, idem_outbox_claim + _ack
 #                   (published events archived: idem.outbox_archive = on)
 #   pg_idem_noarch  the same with idem.outbox_archive = off (no retention)
+#   sql_edition     pg_idem's SQL edition (extension/sql_edition/, the plain
+#                   script), the same calls, archive on, in a database of its
+#                   own (bench_sql) on the same cluster
 #   floor           plain SQL with pgmq's shape: INSERT; SELECT ... FOR UPDATE
 #                   SKIP LOCKED + UPDATE of a visibility time; DELETE
 #   pgmq            pgmq itself (send, send_batch, read, delete), only when
@@ -61,11 +64,19 @@ q() { client psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 make_workdir bench-outbox
 build_and_install_extension "$ROOT"
 start_cluster "$CLUSTER_CONF"
+BENCH_DB=$PGDATABASE
 SCRIPTS=$BENCH/outbox
 OUT=$WORK/outbox.csv
 echo "round,cell,variant,events,seconds,events_per_s,load,cpu_s" >"$OUT"
 
 VARIANTS="pg_idem pg_idem_noarch floor"
+SQL_DB=bench_sql
+if [ -f "$ROOT/extension/sql_edition/build.py" ]; then
+    python3 "$ROOT/extension/sql_edition/build.py" plain "$WORK/pg_idem_sql.sql"
+    q -c "CREATE DATABASE $SQL_DB" -c "ALTER DATABASE $SQL_DB SET search_path = idem, public"
+    q -d "$SQL_DB" -v schema=idem -f "$WORK/pg_idem_sql.sql" >/dev/null
+    VARIANTS="$VARIANTS sql_edition"
+fi
 q -c "CREATE EXTENSION pg_idem" -c "CREATE SCHEMA floor" -c "
 CREATE TABLE floor.q (
     msg_id      bigint PRIMARY KEY GENERATED ALWAYS AS IDENTITY,
@@ -87,12 +98,18 @@ echo "variants: $VARIANTS"
 
 table_of() {
     case $1 in
-        pg_idem*) echo idem_outbox_queue ;;
+        pg_idem*|sql_edition) echo idem_outbox_queue ;;
         floor) echo floor.q ;;
         pgmq) echo pgmq.q_bench ;;
     esac
 }
-script_of() { echo "$SCRIPTS/$1-${2%_noarch}.sql"; }
+script_of() {   # the SQL edition answers pg_idem's calls: the same scripts
+    local v=${2%_noarch}
+    echo "$SCRIPTS/$1-${v/sql_edition/pg_idem}.sql"
+}
+# The SQL edition's variant runs in its own database (q, pgbench and
+# psql read PGDATABASE).
+database_of() { [ "$1" = sql_edition ] && echo "$SQL_DB" || echo "$BENCH_DB"; }
 options_of() { [ "$1" = pg_idem_noarch ] && echo "-c idem.outbox_archive=off" || true; }
 
 # Empty a variant's tables; seed N claimable events.
@@ -100,7 +117,7 @@ reset_variant() {   # VARIANT ROWS
     local payload
     payload=$(sed -n "s/.*'\({.*}\)'::jsonb.*/\1/p" "$SCRIPTS/stage1-floor.sql")
     case $1 in
-        pg_idem*) q -c "TRUNCATE idem_outbox_queue, idem_outbox_archive" \
+        pg_idem*|sql_edition) q -c "TRUNCATE idem_outbox_queue, idem_outbox_archive" \
                     -c "INSERT INTO idem_outbox_queue (topic, payload, available_at, scope)
                         SELECT 'orders', '$payload', clock_timestamp(), current_user::text::regrole::oid
                           FROM generate_series(1, $2)" ;;
@@ -124,6 +141,8 @@ children_cpu() { awk '{print $16 + $17}' "/proc/$POSTMASTER/stat"; }
 # One cell of one variant: events/s from the table's insert or delete count.
 run_cell() {   # ROUND CELL VARIANT
     local round=$1 cell=$2 v=$3 table rows=0 counted=ins before after t0 t1 events load cpu0 cpu1
+    local -x PGDATABASE
+    PGDATABASE=$(database_of "$v")
     table=$(table_of "$v")
     case $cell in
         drain1) rows=$((10000 * SECS)); counted=del ;;
@@ -203,6 +222,8 @@ LIFE=$WORK/life.csv
 echo "variant,events,wal_total,wal_drain,queue_bytes,archive_bytes" >"$LIFE"
 say "life of $EVENTS events: WAL per event, size after consuming and VACUUM"
 for v in $VARIANTS; do
+    export PGDATABASE
+    PGDATABASE=$(database_of "$v")
     reset_variant "$v" 0 >/dev/null
     q -c "CHECKPOINT"
     read -r l0 p0 < <(q -F ' ' -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0'), pg_current_wal_lsn()")
@@ -219,7 +240,7 @@ for v in $VARIANTS; do
     [ "$left" = 0 ] || echo "warning: $v left $left events" >&2
     q -c "VACUUM $(table_of "$v")"
     case $v in
-        pg_idem*) q -c "VACUUM idem_outbox_archive"
+        pg_idem*|sql_edition) q -c "VACUUM idem_outbox_archive"
                   arch=$(q -c "SELECT pg_total_relation_size('idem_outbox_archive')") ;;
         pgmq) arch=$(q -c "SELECT pg_total_relation_size('pgmq.a_bench')") ;;
         *) arch=0 ;;
@@ -228,6 +249,7 @@ for v in $VARIANTS; do
     echo "$v,$EVENTS,$((${l2%.*} - ${l0%.*})),$((${l2%.*} - ${l1%.*})),$qsize,$arch" >>"$LIFE"
     echo "  $v: $(( (${l2%.*} - ${l0%.*}) / EVENTS )) B WAL per event, queue $qsize B, archive $arch B"
 done
+PGDATABASE=$BENCH_DB
 
 {
     echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -40,9 +40,9 @@ CELL_VS_PGMQ, WAL_VS_PGMQ, ARCHIVE_WAL_VS_PGMQ = 1.1, 1.0, 1.3
 # floor (which deletes at the ack) does not retain them.  The archive's
 # cost (the default, idem.outbox_archive = on) is stated beside them.
 JUDGED, RETAINED = "pg_idem_noarch", "pg_idem"
-VARIANTS = ["pg_idem", "pg_idem_noarch", "floor", "pgmq"]
+VARIANTS = ["pg_idem", "pg_idem_noarch", "sql_edition", "floor", "pgmq"]
 LABEL = {"pg_idem": "pg_idem (archive)", "pg_idem_noarch": "pg_idem (no archive)",
-         "floor": "floor (pgmq's shape)", "pgmq": "pgmq"}
+         "sql_edition": "SQL edition (archive)", "floor": "floor (pgmq's shape)", "pgmq": "pgmq"}
 
 
 def load(cells_path, life_path):

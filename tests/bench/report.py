@@ -30,7 +30,8 @@ os.makedirs(PLOTDATA, exist_ok=True)
 # Everything below is this run's: no plot or CSV of an earlier run may stay.
 for stale in [os.path.join(RESULTS, f) for f in os.listdir(RESULTS) if f.endswith(".png")] + \
         [os.path.join(RAW, f) for f in os.listdir(RAW)]:
-    os.remove(stale)
+    if os.path.isfile(stale):    # raw/growth/ is growth.sh's, written before this report
+        os.remove(stale)
 # The outbox's CSVs, when tests/bench/outbox.sh ran in this run (before
 # this report: run.sh passes them in WORK/outbox).
 OUTBOX = os.path.join(WORK, "outbox")
@@ -42,7 +43,7 @@ VARIANTS = ["minimal", "floor", "cte", "plpgsql", "pg_idem"]
 NAMES = {"minimal": "minimal floor", "floor": "floor", "cte": "seed CTE", "plpgsql": "PL/pgSQL",
          "pg_idem": "pg_idem", "-": "-", "floor_oc": "probe: floor + ON CONFLICT",
          "pg_idem_notrig": "probe: pg_idem without its trigger",
-         "lookup": "probe: idem_lookup"}
+         "lookup": "probe: idem_lookup", "sql_edition": "SQL edition"}
 SNAPSHOT = ["lsn", "wal_records", "wal_fpi", "wal_bytes", "ins", "upd", "hot_upd", "del",
             "live", "dead", "table_bytes", "index_bytes", "wal_sync", "wal_sync_us"]
 CYCLE_POINTS = [(c, s) for s in ("on", "off") for c in (1, 4, 16)]

@@ -21,6 +21,10 @@
 #             replaces) sent as client SQL, owner-scoped UPDATE
 #   plpgsql   pg_idem's protocol written as PL/pgSQL functions
 #   pg_idem   idem_claim / idem_finalize (and idem_begin, idem_renew, ...)
+#   sql_edition  the same calls to the SQL edition (extension/sql_edition/,
+#             the plain script), in a database of its own on the same
+#             cluster (bench_sql, search_path idem): the claim cycle and the
+#             replay only; results/sql_edition.md (sql_edition_report.py)
 #
 # A cell is one (scenario, variant, clients, synchronous_commit) point.  A
 # round runs every cell once, for SECS seconds each; the variants of one
@@ -125,6 +129,18 @@ trap finish EXIT
 
 say "preparing the benchmark database"
 q -c "CREATE EXTENSION pg_idem" -f "$WORK/src/tests/bench/sql/setup.sql" >/dev/null
+# The SQL edition beside it: the plain script in a database of its own,
+# whose search_path finds it as the C edition's is found; the runner's
+# helpers there too (they read idem_keys through the search_path).
+SQL_DB=bench_sql
+HAVE_SQL_EDITION=f
+if [ -f "$WORK/src/extension/sql_edition/build.py" ]; then
+    python3 "$WORK/src/extension/sql_edition/build.py" plain "$WORK/pg_idem_sql.sql"
+    q -c "CREATE DATABASE $SQL_DB" -c "ALTER DATABASE $SQL_DB SET search_path = idem, public"
+    q -d "$SQL_DB" -v schema=idem -f "$WORK/pg_idem_sql.sql" \
+      -f "$WORK/src/tests/bench/sql/setup.sql" >/dev/null
+    HAVE_SQL_EDITION=t
+fi
 q -c "SELECT name, setting, unit, source FROM pg_settings
        WHERE source NOT IN ('default', 'override')
           OR name IN ('server_version', 'wal_level', 'wal_sync_method', 'wal_buffers',
@@ -153,6 +169,7 @@ HAVE_WORKER=$(q -c "SELECT count(*) > 0 FROM pg_settings WHERE name = 'idem.clea
     echo "outbox=$HAVE_OUTBOX"
     echo "worker=$HAVE_WORKER"
     echo "wakeup=$CLIENT_OK"
+    echo "sql_edition=$HAVE_SQL_EDITION"
 } >"$INFO/features.txt"
 # The worker stays off during the matrix: a pass would land in some run's WAL.
 [ "$HAVE_WORKER" = t ] && q -c "ALTER SYSTEM SET idem.cleanup_worker = off" -c "SELECT pg_reload_conf()" >/dev/null
@@ -178,6 +195,8 @@ add_cell() {   # GROUP VARIANT SCENARIO CLIENTS SYNC RESET ROWS [ARGS [BEFORE [A
     case $2 in
         # pg_idem with its in-transaction trigger disabled: what the trigger costs.
         pg_idem_notrig) script=${3%%[0-9]*}-pg_idem ;;
+        # The SQL edition answers the C edition's calls: the same script.
+        sql_edition) script=${3%%[0-9]*}-pg_idem ;;
     esac
     case $3 in outbox*) table=idem_outbox_queue ;; esac
     # The bare SELECT of a replay reads the very rows pg_idem replays.
@@ -192,12 +211,14 @@ add_group() {   # SCENARIO CLIENTS SYNC RESET ROWS ARGS VARIANT...
     done
 }
 ALL="minimal floor cte plpgsql pg_idem"
+# The cells the SQL edition runs in too (issue 32: the claim cycle, the replay).
+SQL_EDITION=$([ "$HAVE_SQL_EDITION" = t ] && echo sql_edition || true)
 NOTRIG_ON="ALTER TABLE idem_keys DISABLE TRIGGER idem_keys_claim_finished"
 NOTRIG_OFF="ALTER TABLE idem_keys ENABLE TRIGGER idem_keys_claim_finished"
 for sync in on off; do
     for clients in 1 4 16; do
         group=cycle/c$clients/$sync
-        add_group cycle "$clients" "$sync" none 0 "" $ALL
+        add_group cycle "$clients" "$sync" none 0 "" $ALL $SQL_EDITION
         # One commit per request, beside the lease-mode cells it is compared
         # with: the disk's flush time drifts from minute to minute.
         if [ "$sync" = on ] && [ "$clients" != 4 ]; then
@@ -214,7 +235,7 @@ for sync in on off; do
         fi
     done
 done
-add_group replay 4 on completed 10000 "" $ALL lookup
+add_group replay 4 on completed 10000 "" $ALL lookup $SQL_EDITION
 add_group hot64 16 on none 0 "-D hot=64" $ALL
 add_group hot1 16 on none 0 "-D hot=1" $ALL
 add_group renew 4 on pending 1000 "" $ALL
@@ -241,6 +262,9 @@ run_cell() {   # CELL-SPEC ROUND
     local group variant scenario clients sync script table reset rows args before after
     local dir jobs cpu0 cpu1 prep=()
     IFS='|' read -r group variant scenario clients sync script table reset rows args before after <<<"$1"
+    # The SQL edition's cells run in its database (q and pgbench read PGDATABASE).
+    local -x PGDATABASE=$PGDATABASE
+    [ "$variant" = sql_edition ] && PGDATABASE=$SQL_DB
     RUN_NO=$((RUN_NO + 1))
     dir=$WORK/runs/$(printf '%04d' "$RUN_NO")
     mkdir -p "$dir"
@@ -419,3 +443,7 @@ echo "total_wall_seconds=$(($(date +%s) - START_TIME))" >>"$INFO/machine.txt"
 
 say "report"
 python3 "$BENCH/report.py" "$WORK" "$RESULTS" "$BENCH/plots"
+# The SQL edition against the C edition and PL/pgSQL, from the CSVs just written.
+if [ "$HAVE_SQL_EDITION" = t ]; then
+    python3 "$BENCH/sql_edition_report.py" "$RESULTS" "$INFO/machine.txt"
+fi
