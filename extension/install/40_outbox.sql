@@ -68,6 +68,27 @@ CREATE INDEX idem_outbox_claimable ON idem_outbox_queue (scope, available_at, id
 CREATE INDEX idem_outbox_key_order ON idem_outbox_queue (key_hash, id)
     WHERE state = 'pending' AND key_hash IS NOT NULL;
 
+-- Per-key commit order (issue 33): a stager of a keyed event first locks
+-- its key's slot row FOR UPDATE, and only then draws the event's id, so a
+-- second stager of the key waits for the first one's transaction to end
+-- and its id (drawn after the wait) is higher: a key's id order is its
+-- commit order.  The slot is a function of (scope, key_hash), so keys of
+-- other scopes and other keys (but one in 16384 pairs, which then merely
+-- take turns) never wait for each other.  A fixed set of rows that is only
+-- ever locked, never written: no growth and nothing to prune, no insert
+-- race for a key's first event, and a lock-only xmax, which REPEATABLE
+-- READ and SERIALIZABLE stagers pass after the wait without a
+-- serialization failure (an upsert's new version would raise one).  A row
+-- lock is a heavyweight wait: lock_timeout bounds it and the deadlock
+-- detector sees it.  Not dumped: CREATE EXTENSION makes the rows again.
+CREATE TABLE idem_outbox_key_slots (
+    slot integer NOT NULL,
+    CONSTRAINT idem_outbox_key_slots_pkey PRIMARY KEY (slot)
+);
+INSERT INTO idem_outbox_key_slots (slot) SELECT pg_catalog.generate_series(0, 16383);
+COMMENT ON TABLE idem_outbox_key_slots IS
+    'pg_idem: rows a stager of a keyed outbox event locks until its commit, so that a key''s ids follow commit order (never written)';
+
 CREATE TABLE idem_outbox_archive (
     id            bigint      NOT NULL,
     topic         text        NOT NULL,

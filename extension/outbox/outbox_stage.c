@@ -6,8 +6,9 @@
  *	  idem_outbox view's writes in outbox_wait.c.
  *
  * An event is staged by an insert in the caller's transaction, so it exists
- * exactly when the domain change commits, and staging costs one row and
- * nothing else (no NOTIFY, no lock held to commit).  Events are inserted
+ * exactly when the domain change commits, and staging costs one row (no
+ * NOTIFY; an event with a key also keeps its key's slot locked to commit,
+ * below).  Events are inserted
  * directly (direct_table.c): no executor per event, and a batch is its
  * events' rows written in array order by one call.  The stage registers the outbox's
  * wake-up channel: idle drainers (idem_outbox_wait) wake when the
@@ -16,6 +17,16 @@
  * Every event carries the stager's scope (scope.c): drainers claim only
  * their own scope's events (and those staged before 0.3.0, the shared
  * scope).
+ *
+ * Per-key order is commit order: an event with a key is staged only once
+ * its key's slot row (idem_outbox_key_slots, install/40_outbox.sql) is
+ * locked FOR UPDATE until the stager's transaction ends, and its id is
+ * drawn after that lock.  A second stager of the key waits for the first
+ * one's commit or rollback, then draws a higher id: ids of one key follow
+ * commit order, and a drainer never sees a later event of the key before
+ * an earlier one commits.  A batch locks its keys' slots in slot order
+ * first, so two batches never deadlock over one another's keys.  Events
+ * without a key lock nothing.
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +43,7 @@
 #include "outbox/outbox_queue.h"
 #include "table/direct_table.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/tupdesc.h"
 #include "catalog/pg_type.h"
@@ -43,6 +55,7 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 
 PG_FUNCTION_INFO_V1(idem_outbox_stage_json);
@@ -52,6 +65,25 @@ PG_FUNCTION_INFO_V1(idem_outbox_stage_batch);
 /* Bounds of the arguments: they keep one call's work bounded. */
 #define OUTBOX_MAX_BATCH		10000
 #define OUTBOX_MAX_TOPIC_BYTES	255
+
+/*
+ * The key slots: rows 0 .. OUTBOX_KEY_SLOTS - 1, as the install script
+ * makes them (a power of two: a slot is a mask of bits).
+ */
+#define OUTBOX_KEY_SLOTS		16384
+
+enum
+{
+	SLOT_SLOT,
+	SLOT_NCOLUMNS
+};
+
+static const DirectColumn slot_columns[SLOT_NCOLUMNS] = {
+	[SLOT_SLOT] = {"slot", INT4OID},
+};
+
+static DirectTableDef idem_outbox_key_slots =
+DIRECT_TABLE("idem_outbox_key_slots", slot_columns, SLOT_NCOLUMNS);
 
 
 /* Refuse a batch size outside 1 .. max. */
@@ -126,6 +158,78 @@ key_hash(text *key)
 	return hash;
 }
 
+/*
+ * A key's slot in scope: the first 16 bits of its SHA-256 with the scope's
+ * OID mixed in (so that a key's slot differs between scopes whose OIDs
+ * differ in the low bits, as roles made one after another do), masked.
+ * The SQL edition computes the same (39_sql_outbox.sql, key_slot).
+ */
+static int32
+key_slot(bytea *hash, Oid scope)
+{
+	const uint8 *h = (const uint8 *) VARDATA_ANY(hash);
+
+	return (int32) (((((uint32) h[0]) << 8 | h[1]) ^ (uint32) scope) & (OUTBOX_KEY_SLOTS - 1));
+}
+
+/* qsort comparator: slots in ascending order. */
+static int
+compare_slots(const void *a, const void *b)
+{
+	int32		x = *(const int32 *) a;
+	int32		y = *(const int32 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * Lock the n slots (in any order, repeats allowed) until the transaction
+ * ends, in ascending order: every stager takes a set of slots in the same
+ * order, so two batches of crossing keys wait, never deadlock.  A wait is
+ * a row lock's (heavyweight: lock_timeout bounds it, the deadlock detector
+ * sees it); after it, the row is only locked, never updated, so REPEATABLE
+ * READ goes on without a serialization failure.  A slot this transaction
+ * already holds (an earlier stage of the key) is taken again at no cost.
+ * Without the table (0.5.0's tables under this library, during a rolling
+ * upgrade) nothing is locked, and ids follow staging order as in 0.5.0.
+ */
+static void
+lock_key_slots(Oid namespace, int32 *slots, int n)
+{
+	DirectTable *table;
+	int			i;
+
+	if (n == 0 || !OidIsValid(get_relname_relid(idem_outbox_key_slots.relname, namespace)))
+		return;
+	qsort(slots, n, sizeof(int32), compare_slots);
+	table = direct_open(&idem_outbox_key_slots, namespace, DIRECT_UPDATE);
+	for (i = 0; i < n; i++)
+	{
+		Datum		slot = Int32GetDatum(slots[i]);
+		HeapTuple	row;
+		HeapTuple	locked = NULL;
+
+		if (i > 0 && slots[i] == slots[i - 1])
+			continue;
+		direct_scan_begin(table, 1, &slot, false);
+		row = direct_scan_next(table);
+		direct_scan_end(table);
+		if (row != NULL)
+			locked = direct_lock(table, &row->t_self, false);
+		if (locked == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pg_idem key slot %d is missing", slots[i]),
+					 errdetail("Table idem_outbox_key_slots must hold the rows 0 to %d its install made.",
+							   OUTBOX_KEY_SLOTS - 1),
+					 errhint("Insert the missing rows: INSERT INTO idem_outbox_key_slots SELECT generate_series(0, %d) ON CONFLICT DO NOTHING.",
+							 OUTBOX_KEY_SLOTS - 1)));
+		heap_freetuple(locked);
+		heap_freetuple(row);
+	}
+	direct_close(table);
+}
+
 /* Refuse headers that are not a JSON object. */
 static void
 check_headers(Jsonb *headers)
@@ -178,6 +282,7 @@ insert_event(Oid namespace, Oid scope, text *topic, Datum payload, bool json_pay
 			 text *key, Jsonb *headers, Interval *delay)
 {
 	DirectTable *queue;
+	bytea	   *hash = NULL;
 	int64		id;
 
 	check_topic(topic);
@@ -186,10 +291,18 @@ insert_event(Oid namespace, Oid scope, text *topic, Datum payload, bool json_pay
 	if (delay != NULL)
 		(void) check_non_negative(delay, "delay");
 
+	/* Before the id is drawn: see the head comment. */
+	if (key != NULL)
+	{
+		int32		slot;
+
+		hash = key_hash(key);
+		slot = key_slot(hash, scope);
+		lock_key_slots(namespace, &slot, 1);
+	}
 	queue = direct_open(&idem_outbox_queue, namespace, DIRECT_INSERT);
 	idem_outbox_ids_catch_up(namespace);
-	id = stage_row(queue, topic, payload, json_payload, key, key == NULL ? NULL : key_hash(key),
-				   headers, delay, scope);
+	id = stage_row(queue, topic, payload, json_payload, key, hash, headers, delay, scope);
 	direct_close(queue);
 
 	idem_count(IDEM_STAT_OUTBOX_STAGED, 1);
@@ -312,6 +425,9 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Tuplestorestate *store;
 	MemoryContext old;
+	bytea	  **hashes;
+	int32	   *slots;
+	int			nslots = 0;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
 		(rsinfo->allowedModes & SFRM_Materialize) == 0)
@@ -364,6 +480,20 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 	if (npayloads == 0)
 		return (Datum) 0;
 
+	/*
+	 * Every key checked and its slot locked before the first id is drawn
+	 * (an empty key is refused before any wait).
+	 */
+	hashes = palloc0(sizeof(bytea *) * npayloads);
+	slots = palloc(sizeof(int32) * npayloads);
+	for (i = 0; i < npayloads; i++)
+		if (nkeys >= 0 && !key_nulls[i])
+		{
+			hashes[i] = key_hash(DatumGetTextPP(keys[i]));
+			slots[nslots++] = key_slot(hashes[i], scope);
+		}
+	lock_key_slots(namespace, slots, nslots);
+
 	/* In array order: ids follow the arrays, and so does per-key order. */
 	queue = direct_open(&idem_outbox_queue, namespace, DIRECT_INSERT);
 	idem_outbox_ids_catch_up(namespace);
@@ -374,8 +504,7 @@ idem_outbox_stage_batch(PG_FUNCTION_ARGS)
 		bool		isnull = false;
 		Datum		id;
 
-		id = Int64GetDatum(stage_row(queue, topic, payloads[i], true, key,
-									 has_key ? key_hash(key) : NULL,
+		id = Int64GetDatum(stage_row(queue, topic, payloads[i], true, key, hashes[i],
 									 nheaders >= 0 && !header_nulls[i] ?
 									 DatumGetJsonbP(headers[i]) : NULL,
 									 delay, scope));

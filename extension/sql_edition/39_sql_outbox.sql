@@ -41,6 +41,36 @@ END IF;
 pg_catalog.sha256(pg_catalog.convert_to(%key%, pg_catalog.current_setting('server_encoding')))
 -- @end
 
+-- Per-key commit order (outbox_stage.c, lock_key_slots): the slots of
+-- the keys (a NULL key has none), each locked FOR UPDATE until the
+-- transaction ends, in ascending order (two batches of crossing keys wait,
+-- never deadlock), before any id is drawn: a second stager of a key waits
+-- for the first one's transaction, then draws a higher id.  A slot is the
+-- first 16 bits of the key's SHA-256 with the scope's OID mixed in, masked
+-- to the 16384 rows of idem_outbox_key_slots, as the C edition computes
+-- it.  The rows are only locked, never updated: REPEATABLE READ goes on
+-- after the wait without a serialization failure.  Host declares
+-- s_scope, k_slots int4[] and k_locked int8.
+-- @snippet lock_key_slots(keys)
+k_slots := ARRAY(SELECT DISTINCT ((((pg_catalog.get_byte({{key_hash(k.v)}}, 0) << 8)
+                                    | pg_catalog.get_byte({{key_hash(k.v)}}, 1))
+                                   # (s_scope::pg_catalog.int8 & 16383)::pg_catalog.int4) & 16383)
+                   FROM pg_catalog.unnest(%keys%) AS k(v) WHERE k.v IS NOT NULL ORDER BY 1);
+IF pg_catalog.cardinality(k_slots) > 0 THEN
+    PERFORM FROM @extschema@.idem_outbox_key_slots ks WHERE ks.slot = ANY (k_slots)
+      ORDER BY ks.slot FOR UPDATE;
+    GET DIAGNOSTICS k_locked = ROW_COUNT;
+    IF k_locked <> pg_catalog.cardinality(k_slots) THEN
+        RAISE EXCEPTION USING ERRCODE = 'object_not_in_prerequisite_state',
+            MESSAGE = pg_catalog.format('pg_idem key slot %s is missing',
+                (SELECT pg_catalog.min(m.v) FROM pg_catalog.unnest(k_slots) AS m(v)
+                  WHERE NOT EXISTS (SELECT FROM @extschema@.idem_outbox_key_slots ks WHERE ks.slot = m.v))),
+            DETAIL = 'Table idem_outbox_key_slots must hold the rows 0 to 16383 its install made.',
+            HINT = 'Insert the missing rows: INSERT INTO idem_outbox_key_slots SELECT generate_series(0, 16383) ON CONFLICT DO NOTHING.';
+    END IF;
+END IF;
+-- @end
+
 -- Before a session's first stage, the id sequence is caught up with the
 -- tables (core/sequences.c: after a logical-replication cut-over it
 -- starts below the replicated ids); idem_sql.outbox_ids_checked says a
@@ -77,6 +107,8 @@ DECLARE
     s_scope pg_catalog.oid;
     c_highest pg_catalog.int8;
     v_id pg_catalog.int8;
+    k_slots pg_catalog.int4[];
+    k_locked pg_catalog.int8;
 BEGIN
     {{null_arg(args.topic, 1, topic, 'idem_outbox_stage')}}
     {{stage_checks(args.topic, args.message_key, args.headers, args.delay)}}
@@ -86,6 +118,9 @@ BEGIN
     END IF;
     {{null_arg(args.delay, 5, delay, 'idem_outbox_stage')}}
     {{caller_scope(args.caller)}}
+    IF args.message_key IS NOT NULL THEN
+        {{lock_key_slots(ARRAY[args.message_key])}}
+    END IF;
     {{outbox_ids_catch_up()}}
     INSERT INTO @extschema@.idem_outbox_queue AS q
            (topic, message_key, key_hash, payload, payload_bytes, headers, available_at, scope)
@@ -138,6 +173,8 @@ DECLARE
     v_n pg_catalog.int4 := COALESCE(pg_catalog.cardinality(args.payloads), 0);
     v_ids pg_catalog.int8[];
     v_bad pg_catalog.int4;
+    k_slots pg_catalog.int4[];
+    k_locked pg_catalog.int8;
 BEGIN
     {{null_arg(args.topic, 1, topic, 'idem_outbox_stage_batch')}}
     {{stage_checks(args.topic, NULL::pg_catalog.text, NULL::pg_catalog.jsonb, '0'::pg_catalog.interval)}}
@@ -189,6 +226,7 @@ BEGIN
     IF v_n = 0 THEN
         RETURN '{}'::pg_catalog.int8[];
     END IF;
+    {{lock_key_slots(args.message_keys)}}
     {{outbox_ids_catch_up()}}
     -- Ids drawn in array order (the default's nextval, row by row in
     -- ordinality order), so per-key order follows the arrays.

@@ -84,8 +84,11 @@ RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
 
 -- Stage an attempt's outbox event (topic, payload, key kind/target: one
 -- target's events publish in order) in the caller's scope; e_id := its id.
--- Host declares s_scope, c_highest, e_id.
+-- Its key's slot is locked first (39_sql_outbox.sql, lock_key_slots), as
+-- idem_outbox_stage_event does.  Host declares s_scope, c_highest, e_id,
+-- k_slots int4[] and k_locked int8.
 -- @snippet stage_attempt_event(topic, payload, key)
+{{lock_key_slots(ARRAY[%key%])}}
 {{outbox_ids_catch_up()}}
 INSERT INTO @extschema@.idem_outbox_queue AS q (topic, message_key, key_hash, payload, available_at, scope)
 VALUES (%topic%, %key%, {{key_hash(%key%)}}, %payload%, pg_catalog.clock_timestamp(), s_scope)
@@ -163,6 +166,8 @@ DECLARE
     v_previous pg_catalog.uuid;
     v_event record;
     e_id pg_catalog.int8;
+    k_slots pg_catalog.int4[];
+    k_locked pg_catalog.int8;
     v_flipped pg_catalog.bool := false;
     v_pointed pg_catalog.bool := false;
 BEGIN
@@ -285,6 +290,8 @@ DECLARE
     v_gone pg_catalog.bool;
     v_event record;
     e_id pg_catalog.int8;
+    k_slots pg_catalog.int4[];
+    k_locked pg_catalog.int8;
 BEGIN
     {{text_arg(args.reason, 3, reason, 'idem_attempt_fail')}}
     v_gone := args.reason = 'target_gone';
