@@ -51,15 +51,16 @@ sql_edition_pg_tle() {
     return $rc
 }
 
-# The installation ($WORK/pg_sql) and a cluster ($WORK/sql_data) on its
+# The installation ($WORK/pg_sql; pg_tle in it unless SQL_EDITION_TLE=f)
+# and a cluster ($WORK/sql_data) on its
 # own port, with its socket in $WORK beside the test cluster's; sets
 # SQL_PORT and SQL_BIN.  The superuser is the run user, as on the test
 # cluster; the SQL edition is installed and used by roles that are not.
 sql_edition_start_server() {
-    local tle stage=$WORK/pg_sql
-    tle=$(sql_edition_pg_tle) || return 1
+    local tle='' stage=$WORK/pg_sql
+    if [ "${SQL_EDITION_TLE:-t}" = t ]; then tle=$(sql_edition_pg_tle) || return 1; fi
     stage_postgres "$stage"
-    cp -a "$tle/stage/." "$stage/"
+    [ -n "$tle" ] && cp -a "$tle/stage/." "$stage/"
     [ "$(id -u)" = 0 ] && chown -R postgres: "$stage"
     if [ -n "$PG_PREFIX" ]; then SQL_BIN=$stage$PG_PREFIX/bin; else SQL_BIN=$stage/usr/lib/postgresql/$PG_MAJOR/bin; fi
     SQL_PORT=$(free_port)
@@ -72,7 +73,7 @@ sql_edition_start_server() {
         echo "unix_socket_directories = '$WORK'"
         echo "max_connections = 200"
         echo "fsync = off"
-        echo "shared_preload_libraries = 'pg_tle'"
+        [ -n "$tle" ] && echo "shared_preload_libraries = 'pg_tle'"
     } | as_run_user tee -a "$WORK/sql_data/postgresql.conf" >/dev/null
     as_run_user "$SQL_BIN/pg_ctl" -D "$WORK/sql_data" -l "$WORK/sql_server.log" -w start >/dev/null ||
         { tail -n 30 "$WORK/sql_server.log"; return 1; }
