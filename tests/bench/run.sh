@@ -339,6 +339,35 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # ---------------------------------------------------------------------------
+# A new connection per request against one kept connection, in both
+# editions: what a backend pays once, before and at its first request.
+# The SQL edition's backend compiles its PL/pgSQL functions and fills its
+# caches at first use; the cells above start their clients' connections
+# anew, so in a short cell with many clients that cost is a large share of
+# the SQL edition's numbers (results/sql_edition.md says how large).
+if [ "$HAVE_SQL_EDITION" = t ]; then
+    CONNECT_REQUESTS=$([ "$MODE" = quick ] && echo 200 || echo 1000)
+    say "a new connection per request against a kept one ($CONNECT_REQUESTS requests each, C and SQL edition)"
+    echo "variant,connection,requests,cpu_seconds" >"$INFO/connect.csv"
+    for variant in pg_idem sql_edition; do
+        for how in kept new; do
+            db=$PGDATABASE
+            [ "$variant" = sql_edition ] && db=$SQL_DB
+            q -c "CALL bench.wait_for_clients()"
+            cpu0=$(children_cpu)
+            PGDATABASE=$db PGOPTIONS="-c synchronous_commit=off" client pgbench -n -M prepared \
+                $([ "$how" = new ] && echo -C) -t "$CONNECT_REQUESTS" -c 1 \
+                -f "$SCRIPTS/cycle-pg_idem.sql" >"$INFO/connect-$variant-$how.out" 2>&1 ||
+                echo "pgbench_exit=$?" >>"$INFO/connect-$variant-$how.out"
+            q -c "CALL bench.wait_for_clients()"
+            cpu1=$(children_cpu)
+            echo "$variant,$how,$CONNECT_REQUESTS,$(echo "scale=3; ($cpu1 - $cpu0) / $TICKS" | bc)" >>"$INFO/connect.csv"
+        done
+    done
+    cat "$INFO/connect.csv"
+fi
+
+# ---------------------------------------------------------------------------
 # Through the C++ client: followers' wake-up after the winner's finalize
 # (advisory lock, and polling only), and the uncontended cycle with the
 # wake-up and without it.
@@ -445,5 +474,5 @@ say "report"
 python3 "$BENCH/report.py" "$WORK" "$RESULTS" "$BENCH/plots"
 # The SQL edition against the C edition and PL/pgSQL, from the CSVs just written.
 if [ "$HAVE_SQL_EDITION" = t ]; then
-    python3 "$BENCH/sql_edition_report.py" "$RESULTS" "$INFO/machine.txt"
+    python3 "$BENCH/sql_edition_report.py" "$RESULTS" "$INFO/machine.txt" "$INFO/connect.csv"
 fi

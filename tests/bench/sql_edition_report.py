@@ -2,7 +2,7 @@
 """make bench's SQL edition page (issue 32): the SQL edition against the C
 edition and plain PL/pgSQL, from the CSVs of the same run.
 
-    python3 tests/bench/sql_edition_report.py RESULTS MACHINE
+    python3 tests/bench/sql_edition_report.py RESULTS MACHINE [CONNECT]
 
 Reads RESULTS/raw/cells.csv and statements.csv (tests/bench/report.py: the
 claim cycle and the replay, where run.sh ran the SQL edition's variant in
@@ -10,18 +10,22 @@ a database of its own on the same cluster, interleaved with the others)
 and RESULTS/raw/outbox.csv (tests/bench/outbox.sh); writes
 RESULTS/sql_edition.md, and the rows it used to RESULTS/raw/sql_edition.csv
 (the page stands on its own: a later run of one section may rewrite the
-other pages).  MACHINE is run.sh's machine.txt (date, mode, commit, load).
+other pages).  MACHINE is run.sh's machine.txt (date, mode, commit, load); CONNECT its
+connect.csv (server CPU of one claim cycle on a kept connection and on a
+new connection per request, in each edition).
 Every number on the page is this run's: where a variant did not run, its
 cells read "-".
 """
 
 import csv
 import os
+import re
 import statistics
 import sys
 from collections import defaultdict
 
 RESULTS, MACHINE = sys.argv[1], sys.argv[2]
+CONNECT = sys.argv[3] if len(sys.argv) > 3 else ""
 RAW = os.path.join(RESULTS, "raw")
 C, SQL, PLPGSQL = "pg_idem", "sql_edition", "plpgsql"
 CLAIM_CELLS = [("cycle", c, s) for s in ("on", "off") for c in (1, 4, 16)] + [("replay", 4, "on")]
@@ -145,6 +149,37 @@ if common:
         out.append(f"| `{t[:70]}` | {fmt(a, '.3f')} | {fmt(b, '.3f')} | "
                    f"{fmt(b - a if a is not None and b is not None else None, '.3f')} |")
 out.append("")
+
+# A new connection's cost: one claim cycle per connection against many on
+# one kept connection, both editions (run.sh's connect probe).
+connect = {}
+if CONNECT and os.path.exists(CONNECT):
+    with open(CONNECT, newline="") as f:
+        for r in csv.DictReader(f):
+            n, cpu_s = num(r["requests"]), num(r["cpu_seconds"])
+            if n and cpu_s is not None:
+                connect[(r["variant"], r["connection"])] = cpu_s * 1e6 / n
+if all((v, h) in connect for v in (C, SQL) for h in ("kept", "new")):
+    out += ["### A new connection's first request", "",
+            "Server CPU per claim cycle (claim and finalize, no commit flush), one client: on "
+            "one kept connection, and with a new connection for every request (pgbench `-C`). "
+            "The difference is what a backend pays once: its start, and, in the SQL edition, "
+            "compiling the PL/pgSQL functions and filling the caches at their first call.", "",
+            "| edition | kept connection µs | new connection µs | once per connection µs |",
+            "|---|---|---|---|"]
+    for v, title in ((C, "C edition"), (SQL, "SQL edition")):
+        kept, new = connect[(v, "kept")], connect[(v, "new")]
+        used.extend(("connect", "cycle/c1/off", v, m, x)
+                    for m, x in (("cpu_us_kept", kept), ("cpu_us_new", new)))
+        out.append(f"| {title} | {kept:.0f} | {new:.0f} | {new - kept:.0f} |")
+    secs = re.search(r"\bsecs=(\d+)", machine.get("mode", ""))
+    extra = (connect[(SQL, "new")] - connect[(SQL, "kept")]) - (connect[(C, "new")] - connect[(C, "kept")])
+    out += ["", f"A new backend costs the SQL edition {extra / 1000:.1f} ms of server CPU more "
+            "than the C edition, once. The cells above open their clients' connections anew, "
+            f"{secs.group(1) if secs else 'a few'} s each: with 16 clients that is 16 such "
+            "first requests per cell on 2 cores, which is why the SQL edition's 16-client "
+            "cells fall furthest in a short run. A pool that keeps its connections (every "
+            "client's default) pays it once per connection.", ""]
 
 # The outbox: events per second and CPU per event, from outbox.sh's rounds.
 rates, cpus = defaultdict(list), defaultdict(list)
