@@ -6,7 +6,8 @@
 --    or write the state tables: cached responses can hold personal data,
 --    and a row edited by hand defeats every fence.
 --  * idem_admin (a member of idem_client) may also read the operator views
---    and the state tables, evict keys, reset statistics and run cleanups.
+--    and the state tables, evict keys, reset statistics and run cleanups,
+--    and delete old rows of the redrive audit (idem_redrive_log).
 --  * Every function is SECURITY INVOKER, so that the role whose code calls
 --    pg_idem is the scope it acts in (core/scope.c): a SECURITY DEFINER
 --    function of pg_idem's would hide its caller.  The functions switch
@@ -39,6 +40,7 @@ DECLARE
         'idem_outbox_stage_bytes', 'idem_outbox_stage_batch', 'idem_outbox_backlog',
         'idem_outbox_stage_bytes', 'idem_outbox_stage_batch', 'idem_outbox_backlog',
         'idem_inbox_begin', 'idem_inbox_done', 'idem_inbox_fail',
+        'idem_outbox_redrive', 'idem_inbox_redrive',
         'idem_attempt_open', 'idem_attempt_object_key', 'idem_attempt_store',
         'idem_attempt_promote', 'idem_attempt_fail', 'idem_attempt_reopen',
         'idem_attempt_safe_name', 'idem_attempt_current', 'idem_intent_hash']::pg_catalog.name[];
@@ -159,3 +161,7 @@ BEGIN
     END LOOP;
 END
 $privileges$;
+
+-- The redrive audit grows by a row per redrive and nothing prunes it: its
+-- retention is the operators' decision (docs/guides/inbox-outbox.md).
+GRANT DELETE ON @extschema@.idem_redrive_log TO idem_admin;

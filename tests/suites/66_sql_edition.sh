@@ -34,7 +34,7 @@
 SQL_EDITION_REGRESS="key_vectors claims lifetime in_transaction scopes scope_role_identity
 evict_every_scope replay_toasted_body settings_bytes outbox outbox_scope outbox_drain_bad_input
 outbox_drain_scope outbox_drain_transactions inbox attempts attempts_scope hostile_attempts
-version_guard restricted_operations trigger_function_privileges"
+version_guard restricted_operations trigger_function_privileges redrive"
 
 # Of those, the ones that create no role (the plain script's run as a role
 # without any attribute).
@@ -50,7 +50,7 @@ claim_cleanup_races claim_deleted_while_waiting claim_generation_after_release c
 claim_repeatable_read claim_serializable claim_followers claim_wait_wakeup claim_wait_cancel claim_lock_wait
 inbox_scope_no_blocking outbox_drainers outbox_stale_ack outbox_claim_skips
 outbox_key_order_producer outbox_key_order_commit attempt_duplicate_open attempt_late_put attempt_replace_race
-attempt_scope_no_blocking attempt_version_guard_race attempt_wrong_digest attempt_export_mismatch
+attempt_scope_no_blocking attempt_version_guard_race attempt_wrong_digest attempt_export_mismatch redrive_races
 sql_inbox_delivery"
 
 suite_sql_edition() {

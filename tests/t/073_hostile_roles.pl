@@ -198,6 +198,52 @@ judged('direct', ['intruder'], sub {
 is($node->safe_psql('postgres', q{SELECT count(*) FROM intruder.log WHERE victim_raw LIKE 'error HR001%'}),
 	'0', 'every parameter of every function got a value');
 
+# --- Dead letters (issue 33): each victim has a dead keyed event (made
+# dead by hand) and a dead message (msg-failed); the intruder redrives by
+# every filter and all_dead, with the victims' ids, topics, keys and
+# consumers: nothing of theirs is redriven or reported, the stuck views
+# and the audit are closed to it, and its own calls are audited in its
+# own scope only.
+for my $victim ('app', $su)
+{
+	$node->safe_psql('postgres', qq{
+		SET ROLE "$victim";
+		CREATE TEMP TABLE dead_id AS
+			SELECT idem.idem_outbox_stage('orders', jsonb_build_object('secret', 'secret-of-$victim'), 'dead-key') AS id;
+		RESET ROLE;
+		UPDATE idem.idem_outbox_queue SET state = 'dead', dead_at = now(), attempts = 6 WHERE id = (SELECT id FROM dead_id);
+		INSERT INTO judge.victims SELECT '$victim', 'dead', 'id', id::text FROM dead_id;
+	});
+}
+{
+	my $before = 'p' . ++$phase;
+	$node->safe_psql('postgres', "SELECT judge.take('$before')");
+	my $ids = $node->safe_psql('postgres', q{SELECT string_agg(val, ',') FROM judge.victims WHERE set = 'dead'});
+	my ($rc, $out, $err) = try_as('intruder', qq{$LOCK_TIMEOUT
+		SELECT 'outbox ' || r::text FROM unnest(ARRAY[$ids]::bigint[]) AS v(id), idem.idem_outbox_redrive(id => v.id) r
+		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(topic => 'orders') r
+		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(key => 'dead-key') r
+		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(dead_before => now() + interval '1 day') r
+		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(all_dead => true) r
+		UNION ALL SELECT 'inbox ' || r::text FROM idem.idem_inbox_redrive('orders-' || v, 'msg-failed') r, (VALUES ('app'), ('$su')) AS x(v)
+		UNION ALL SELECT 'inbox ' || r::text FROM idem.idem_inbox_redrive(consumer => 'orders-app') r
+		UNION ALL SELECT 'inbox ' || r::text FROM idem.idem_inbox_redrive(all_dead => true) r;
+	});
+	diag($err) if $rc;
+	is($rc, 0, 'redrive: the intruder\'s calls ran');
+	is($out, '', 'redrive: the intruder redrove and learned nothing of the victims');
+	my $after = 'p' . ++$phase;
+	$node->safe_psql('postgres', "SELECT judge.take('$after')");
+	is(limit($node->safe_psql('postgres', "SELECT * FROM judge.diff('$before', '$after', ARRAY['intruder']::name[])")),
+		'', 'redrive: no row of another scope changed, appeared or went');
+}
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(DISTINCT scope::text || ' ' || redriven, ', ') FROM idem.idem_redrive_log}),
+	'intruder 0', 'redrive: the intruder\'s calls are audited, in its own scope, none redrove anything');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM idem.idem_outbox_queue q JOIN judge.victims v ON v.set = 'dead' AND q.id = v.val::bigint
+	 WHERE q.state = 'dead'}), '2', 'redrive: the victims\' events are still dead');
+
 # --- A role with no pg_idem privilege: refused everything.
 judged('outsider', ['outsider'], sub {
 	my ($rc, $out, $err) = try_as('outsider', "$LOCK_TIMEOUT SELECT intruder.attack('outsider')");
@@ -209,12 +255,12 @@ is(limit($node->safe_psql('postgres', q{
 	 WHERE ctx = 'outsider' AND victim_raw NOT LIKE 'error 42501 %' ORDER BY 1})),
 	'', 'outsider: every call is refused with 42501');
 
-# --- The SQL edition's internal functions (idem__*, SECURITY DEFINER),
-# which idem_client may call: called directly by the intruder with app or
-# the superuser named as the caller, every one is refused by the domain
-# idem__caller (23514) before it runs; and no role but the owner may keep
-# a value of its types (a table's column: 42501).
-if ($sql_script)
+# --- The internal functions (idem__*, SECURITY DEFINER: the SQL
+# edition's, and both editions' redrive since 0.6.0), which idem_client
+# may call: called directly by the intruder with app or the superuser
+# named as the caller, every one is refused by its caller domain
+# (idem__caller, idem__redrive_caller: 23514) before it runs; and no role
+# but the owner may keep a value of its types (a table's column: 42501).
 {
 	my $before = 'p' . ++$phase;
 	$node->safe_psql('postgres', "SELECT judge.take('$before')");
@@ -264,7 +310,8 @@ if ($sql_script)
 		diag($err) if $rc;
 		like($out, qr/^\d+ all refused$/,
 			"internals: each called with another role as the caller, in $who\'s session, is refused: $out");
-		cmp_ok(($out =~ /^(\d+)/)[0] // 0, '>=', 20, 'internals: the internal functions with a caller, from the catalog');
+		cmp_ok(($out =~ /^(\d+)/)[0] // 0, '>=', $sql_script ? 20 : 2,
+			'internals: the internal functions with a caller, from the catalog');
 	}
 	{
 		for my $type (split /\n/, $node->safe_psql('postgres', q{

@@ -47,7 +47,10 @@ sub installed
 		  : "$alias.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace::pg_catalog.oid"
 		  . " AND $alias.proname OPERATOR(pg_catalog.!~~) 'idem\\_\\_%'::pg_catalog.text";
 	}
-	return "EXISTS (SELECT FROM pg_catalog.pg_depend d"
+	# (The C edition's internal functions, idem__* since 0.6.0's redrive,
+	# are attacked apart too.)
+	return ($catalog eq 'pg_proc' ? "$alias.proname OPERATOR(pg_catalog.!~~) 'idem\\_\\_%'::pg_catalog.text AND " : '')
+	  . "EXISTS (SELECT FROM pg_catalog.pg_depend d"
 	  . " WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.$catalog'::pg_catalog.regclass"
 	  . " AND d.objid OPERATOR(pg_catalog.=) $alias.oid"
 	  . " AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass"
@@ -313,6 +316,7 @@ INSERT INTO intruder.defaults (pname, ptype, val) VALUES
 	('reason', 'text', 'reaped_no_blob'), ('event_payload', 'jsonb', NULL), ('event_topic', 'text', NULL),
 	('mode', 'text', 'replace'), ('created_by', 'text', 'intruder'), ('object_name', 'text', 'o.pdf'),
 	('declared_digest', 'bytea', NULL), ('grace', 'interval', '0'), ('retention', 'interval', '0'),
+	('dead_since', 'timestamptz', NULL), ('dead_before', 'timestamptz', NULL), ('all_dead', 'boolean', 'false'),
 	(NULL, 'text', 'x'), (NULL, 'bytea', '\x00'), (NULL, 'integer', '1'), (NULL, 'bigint', '1'),
 	(NULL, 'smallint', '1'), (NULL, 'interval', '0'), (NULL, 'jsonb', '{}'), (NULL, 'boolean', 'false'),
 	(NULL, 'uuid', '00000000-0000-4000-8000-000000000000'), (NULL, 'timestamptz', '2000-01-01'),
