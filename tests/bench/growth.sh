@@ -267,7 +267,9 @@ fi
 # round so that the machine's drift hits them alike; the report divides
 # each phase's p99 by its own round's quiet one.  Every phase starts from
 # the same backlog: what the last one deleted is put back
-# (bench.growth_refill) and its dead rows vacuumed away.  The worker's
+# (bench.growth_refill), its dead rows vacuumed away and the buffers
+# written out (CHECKPOINT), so that no phase pays for the last one's
+# writes (the first run had the quiet phase after a refill slowest).  The worker's
 # keys/s is idem_stats' cleanup_deleted over the phase.
 if measured pacing; then
 PACING_SIZES=${PACING_SIZES:-$PACE_SIZES}
@@ -294,7 +296,9 @@ pacing_phase() {   # KEYS ROUND DELAY_MS|quiet
     d1=$(deleted_so_far)
     echo "$n,$round,$delay,$result,$((d1 - d0)),$(echo "scale=0; ($d1 - $d0) / ($t1 - $t0)" | bc)" \
         >>"$OUT/pacing.csv"
-    [ $((d1 - d0)) = 0 ] || q -c "SELECT bench.growth_refill($((n / 2)))" -c "VACUUM idem_keys" >/dev/null
+    [ $((d1 - d0)) = 0 ] || q -c "SELECT bench.growth_refill($((n / 2)))" >/dev/null
+    # Whatever the refill and the phase left to write, written before the next.
+    q -c "VACUUM idem_keys" -c "CHECKPOINT" >/dev/null
 }
 q -c "ALTER SYSTEM SET idem.cleanup_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
 for n in $PACING_SIZES; do
