@@ -60,6 +60,7 @@ int			idem_cleanup_interval_s = 60;
 int			idem_cleanup_database_timeout_s = 60;
 char	   *idem_database = NULL;
 int			idem_cleanup_batch = 1000;
+int			idem_cleanup_delay_ms = 100;
 int			idem_outbox_retention_s = 7 * 24 * 60 * 60;
 int			idem_inbox_retention_s = 7 * 24 * 60 * 60;
 int			idem_attempt_retention_s = 31 * 24 * 60 * 60;
@@ -427,6 +428,16 @@ define_worker_settings(void)
 							NULL,
 							&idem_cleanup_batch, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	/*
+	 * Like autovacuum_vacuum_cost_delay: a backlog cleaned at full speed
+	 * takes a core the claims need (tests/bench/growth.sh, pacing).
+	 */
+	DefineCustomIntVariable("idem.cleanup_delay",
+							"Pause of the cleanup worker after each full batch, before the next (0 .. 10s; 0: no pause).",
+							"Paces the cleanup of a backlog so that it leaves the requests their share of the cores; idem_cleanup itself never pauses.",
+							&idem_cleanup_delay_ms, 100, 0, 10 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("idem.outbox_retention",
 							"Age after which the worker prunes published and dead outbox events (1s .. 68 years).",
 							NULL,

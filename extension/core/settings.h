@@ -46,6 +46,7 @@ extern int	idem_cleanup_interval_s;
 extern int	idem_cleanup_database_timeout_s;
 extern char *idem_database;
 extern int	idem_cleanup_batch;
+extern int	idem_cleanup_delay_ms;
 extern int	idem_outbox_retention_s;
 extern int	idem_inbox_retention_s;
 extern int	idem_attempt_retention_s;

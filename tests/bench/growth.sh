@@ -20,13 +20,17 @@
 #             that only burns CPU as long, and one that only writes as much
 #             WAL; the cleanup's throughput in keys/s, the WAL of each phase
 #             and what the claims wait on
+#   pacing    the claim's p50/p99 with 1 M keys (10 M in full mode) while
+#             the cleanup worker itself deletes a backlog of half as many at
+#             each idem.cleanup_delay of PACING_DELAYS, against the quiet
+#             cycle of the same round, and the worker's keys/s
 #   wake-up   followers 1, 10 and 100 waiting in the database for one
 #             winner, directly and through PgBouncer (transaction mode,
 #             pool 5): time from the winner's finalize to each follower's
 #             answer, p50/p99 (tests/bench/growth_wakeup.py), and what the
 #             harness itself adds to it at 100 followers
 # GROWTH_PARTS names the parts to measure (default: "clients shapes pileup
-# wakeup"); the page keeps the committed numbers of a part left out
+# pacing wakeup"); the page keeps the committed numbers of a part left out
 # (results/raw/growth/), and its machine lines say which run they are from.
 # The steady-state size under a short idem.ttl is the main section's
 # (tests/bench/run.sh): it stays there.
@@ -40,14 +44,17 @@ RESULTS=$BENCH/results
 
 MODE=${1:-quick}
 case $MODE in
-    quick)  ROUNDS=2 SECS=2 SHAPE_CALLS=30000 PILE_SECS=5 SIZES="100000 1000000" WAKE_ROUNDS=5 ;;
-    medium) ROUNDS=3 SECS=3 SHAPE_CALLS=100000 PILE_SECS=10 SIZES="1000000 3000000" WAKE_ROUNDS=10 ;;
-    full)   ROUNDS=3 SECS=10 SHAPE_CALLS=300000 PILE_SECS=30 SIZES="1000000 10000000" WAKE_ROUNDS=30 ;;
+    quick)  ROUNDS=2 SECS=2 SHAPE_CALLS=30000 PILE_SECS=5 SIZES="100000 1000000" WAKE_ROUNDS=5
+            PACE_SIZES=1000000 ;;
+    medium) ROUNDS=3 SECS=3 SHAPE_CALLS=100000 PILE_SECS=10 SIZES="1000000 3000000" WAKE_ROUNDS=10
+            PACE_SIZES=1000000 ;;
+    full)   ROUNDS=3 SECS=10 SHAPE_CALLS=300000 PILE_SECS=30 SIZES="1000000 10000000" WAKE_ROUNDS=30
+            PACE_SIZES="1000000 10000000" ;;
     *) echo "usage: $0 [quick|medium|full]" >&2; exit 2 ;;
 esac
 CLIENT_COUNTS=${GROWTH_CLIENTS:-"1 4 16 64 128"}
 SIZES=${GROWTH_SIZES:-$SIZES}
-ALL_PARTS="clients shapes pileup wakeup"
+ALL_PARTS="clients shapes pileup pacing wakeup"
 PARTS=${GROWTH_PARTS:-$ALL_PARTS}
 for p in $PARTS; do
     case " $ALL_PARTS " in *" $p "*) ;; *) echo "GROWTH_PARTS: no part $p (parts: $ALL_PARTS)" >&2; exit 2 ;; esac
@@ -250,6 +257,62 @@ for n in $SIZES; do
     pile_phase "$n" wal
     q -c "TRUNCATE idem_keys" >/dev/null
 done
+fi
+
+# ---------------------------------------------------------------------------
+# Pacing (issue 35): the claim cycle at 4 clients while the cleanup worker
+# itself deletes the backlog, at each idem.cleanup_delay of PACING_DELAYS
+# (ms; idem.cleanup_batch at its default, 1000; a pass every second, of at
+# most 100 batches), and quiet (no worker), the phases' order turning each
+# round so that the machine's drift hits them alike; the report divides
+# each phase's p99 by its own round's quiet one.  Every phase starts from
+# the same backlog: what the last one deleted is put back
+# (bench.growth_refill), its dead rows vacuumed away and the buffers
+# written out (CHECKPOINT), so that no phase pays for the last one's
+# writes (the first run had the quiet phase after a refill slowest).  The worker's
+# keys/s is idem_stats' cleanup_deleted over the phase.
+if measured pacing; then
+PACING_SIZES=${PACING_SIZES:-$PACE_SIZES}
+PACING_DELAYS=${PACING_DELAYS:-"0 25 50 100 200"}
+PACING_SECS=${PACING_SECS:-$PILE_SECS}
+PACING_ROUNDS=${PACING_ROUNDS:-$ROUNDS}
+say "pacing: the claims while the worker cleans at idem.cleanup_delay $PACING_DELAYS ms ($PACING_SIZES keys, $PACING_ROUNDS rounds x ${PACING_SECS}s)"
+echo "keys,round,delay_ms,tps,p50_us,p99_us,deleted,cleanup_keys_per_s" >"$OUT/pacing.csv"
+deleted_so_far() { q -c "SELECT value FROM idem_stats WHERE counter = 'cleanup_deleted'"; }
+pacing_phase() {   # KEYS ROUND DELAY_MS|quiet
+    local n=$1 round=$2 delay=$3 d0 d1 t0 t1 result
+    d0=$(deleted_so_far)
+    [ "$delay" = quiet ] ||
+        q -c "ALTER SYSTEM SET idem.cleanup_delay = '${delay}ms'" \
+          -c "ALTER SYSTEM SET idem.cleanup_worker = on" -c "SELECT pg_reload_conf()" >/dev/null
+    t0=$(date +%s.%N)
+    result=$(pgbench_run 4 "$PACING_SECS" cycle-pg_idem)
+    if [ "$delay" != quiet ]; then
+        q -c "ALTER SYSTEM SET idem.cleanup_worker = off" -c "SELECT pg_reload_conf()" \
+          -c "SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity
+               WHERE backend_type = 'pg_idem cleanup'" >/dev/null
+    fi
+    t1=$(date +%s.%N)
+    d1=$(deleted_so_far)
+    echo "$n,$round,$delay,$result,$((d1 - d0)),$(echo "scale=0; ($d1 - $d0) / ($t1 - $t0)" | bc)" \
+        >>"$OUT/pacing.csv"
+    [ $((d1 - d0)) = 0 ] || q -c "SELECT bench.growth_refill($((n / 2)))" >/dev/null
+    # Whatever the refill and the phase left to write, written before the next.
+    q -c "VACUUM idem_keys" -c "CHECKPOINT" >/dev/null
+}
+q -c "ALTER SYSTEM SET idem.cleanup_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
+for n in $PACING_SIZES; do
+    q -c "SELECT bench.growth_seed($n, $((n / 2)))" -c "VACUUM ANALYZE idem_keys" -c "CHECKPOINT" >/dev/null
+    phases="quiet $PACING_DELAYS"
+    for round in $(seq 1 "$PACING_ROUNDS"); do
+        for phase in $phases; do pacing_phase "$n" "$round" "$phase"; done
+        phases="${phases#* } ${phases%% *}"
+        echo "pacing at $n keys: round $round of $PACING_ROUNDS done ($(($(date +%s) - START_TIME)) s)"
+    done
+    q -c "TRUNCATE idem_keys" >/dev/null
+done
+q -c "ALTER SYSTEM RESET idem.cleanup_interval" -c "ALTER SYSTEM RESET idem.cleanup_delay" \
+  -c "ALTER SYSTEM RESET idem.cleanup_worker" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 
 # ---------------------------------------------------------------------------

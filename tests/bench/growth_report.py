@@ -2,7 +2,7 @@
 """growth_report.py OUT RESULTS PLOTS: make bench's growth section as a page.
 
 Reads what tests/bench/growth.sh wrote in OUT (clients.csv, shapes.csv,
-pileup.csv, wakeup.csv, wakeup_harness.csv, machine.txt), writes
+pileup.csv, pacing.csv, wakeup.csv, wakeup_harness.csv, machine.txt), writes
 RESULTS/growth.md, the plots RESULTS/growth_clients.png and
 RESULTS/growth_pileup.png (gnuplot scripts in PLOTS), and copies the CSVs
 to RESULTS/raw/growth/.  Ratios are of
@@ -120,6 +120,45 @@ def pileup_section(rows, waits, lines, plots_in):
         cells = [f"{counts.get(k, 0) / total:.0%}" for k in names]
         other = 1 - sum(counts.get(k, 0) for k in names) / total
         lines.append(f"| {n:,} | {phase} | {total} | " + " | ".join(cells) + f" | {other:.0%} |")
+    lines.append("")
+
+
+def pacing_section(rows, lines):
+    """The claims' p99 during the worker's cleanup at each idem.cleanup_delay,
+    over the quiet p99 of the same round (median and range of the rounds)."""
+    if not rows:
+        return
+    lines.append("## Pacing the cleanup (idem.cleanup_delay)\n")
+    lines.append("The claim cycle at 4 clients with N completed keys in idem_keys while the "
+                 "cleanup worker deletes a backlog of N/2 keys past their horizon, at each "
+                 "`idem.cleanup_delay` (`idem.cleanup_batch` 1000, a pass every second), and "
+                 "quiet (no worker), the phases' order turning each round; every phase starts "
+                 "from the same backlog. *p99 / quiet*: each phase's p99 over its own round's "
+                 "quiet p99, median of the rounds (lowest and highest). *keys/s*: what the "
+                 "worker deleted over the phase, passes and the launcher's second between them "
+                 "included (target: p99 / quiet <= 1.5 at 1 M keys).\n")
+    lines.append("| keys | idem.cleanup_delay | rounds | tps | p50 ms | p99 ms | p99 / quiet "
+                 "| cleanup keys/s |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    quiet = {(int(r["keys"]), r["round"]): int(r["p99_us"]) for r in rows if r["delay_ms"] == "quiet"}
+    cells = defaultdict(list)
+    for r in rows:
+        cells[(int(r["keys"]), r["delay_ms"])].append(r)
+    order = lambda k: (k[0], -1 if k[1] == "quiet" else int(k[1]))
+    for (n, delay) in sorted(cells, key=order):
+        rs = cells[(n, delay)]
+        ratios = [int(r["p99_us"]) / quiet[(n, r["round"])] for r in rs
+                  if delay != "quiet" and quiet.get((n, r["round"]))]
+        rel = (f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
+               if ratios else "")
+        speed = (f"{statistics.median(int(r['cleanup_keys_per_s']) for r in rs):,}"
+                 if delay != "quiet" else "")
+        label = "quiet (no worker)" if delay == "quiet" else f"{delay} ms"
+        lines.append(f"| {n:,} | {label} | {len(rs)} "
+                     f"| {statistics.median(float(r['tps'] or 0) for r in rs):.0f} "
+                     f"| {statistics.median(int(r['p50_us']) for r in rs) / 1000:.2f} "
+                     f"| {statistics.median(int(r['p99_us']) for r in rs) / 1000:.2f} "
+                     f"| {rel} | {speed} |")
     lines.append("")
 
 
@@ -241,10 +280,11 @@ def main():
     shapes_section(read(os.path.join(out, "shapes.csv")), lines)
     pileup_section(read(os.path.join(out, "pileup.csv")),
                    read(os.path.join(out, "pileup_waits.csv")), lines, os.path.join(out, "pileup.dat"))
+    pacing_section(read(os.path.join(out, "pacing.csv")), lines)
     wakeup_section(read(os.path.join(out, "wakeup.csv")),
                    read(os.path.join(out, "wakeup_harness.csv")), lines)
     os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
-    for name in ("clients.csv", "shapes.csv", "pileup.csv", "pileup_waits.csv", "wakeup.csv",
+    for name in ("clients.csv", "shapes.csv", "pileup.csv", "pileup_waits.csv", "pacing.csv", "wakeup.csv",
                  "wakeup_harness.csv",
                  "machine.txt"):
         if os.path.exists(os.path.join(out, name)):

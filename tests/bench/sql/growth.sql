@@ -22,6 +22,26 @@ BEGIN
 END
 $$;
 
+-- The pacing rounds' refill: the backlog keys the cleanup deleted in the
+-- last phase, back as they were (two hours old, completed), so that every
+-- phase starts with the same backlog; returns how many came back.
+CREATE FUNCTION bench.growth_refill(backlog integer)
+RETURNS bigint
+LANGUAGE sql AS $$
+    WITH refilled AS (
+        INSERT INTO idem_keys (cache_key, scope, state, request_hash, claim_id, generation,
+                               created_at, finished_at, response_status, response_headers, response_body)
+        SELECT sha256(int8send(i)), current_user::text::regrole, 'completed',
+               '\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9',
+               md5(int8send(i))::uuid, i, clock_timestamp() - interval '2 hours',
+               clock_timestamp() - interval '2 hours', 200,
+               '{"content-type": "application/json"}', '{"id": 42, "status": "created"}'
+          FROM generate_series(1, backlog) i
+        ON CONFLICT DO NOTHING
+        RETURNING 1)
+    SELECT count(*) FROM refilled
+$$;
+
 -- The pile-up's controls (what the claims' p99 during the cleanup is made
 -- of).  burn_cpu spends `secs` seconds of one backend's CPU and writes
 -- nothing: the cleanup's share of a core without its WAL, its locks or its
