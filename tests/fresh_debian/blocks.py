@@ -39,7 +39,7 @@ def install_blocks(path):
         k = j + 1
         while k < len(lines) and not lines[k].startswith(f.group(1)):
             k += 1
-        out.append((i + 1, m.group(1), lines[j + 1:k]))
+        out.append((i + 1, m.group(1).split(" (")[0], lines[j + 1:k]))
     return out
 
 

@@ -49,7 +49,7 @@ if [ "$snapshot" = 0 ]; then
     # The packages: only the blocks' apt-get lines, as written, then the snapshot.
     echo "the system: debootstrap's base; the blocks' apt-get lines, then a snapshot (once per change of them)"
     cp "$SCRATCH/apt.sh" "$R/home/dev/apt.sh"
-    if ! as_dev ~/apt.sh "$SCRATCH/apt.log"; then
+    if ! as_dev '~/apt.sh' "$SCRATCH/apt.log"; then
         tail -n 30 "$SCRATCH/apt.log"
         grep -qE '^(Err|W: Failed to fetch|E: Failed to fetch)|Temporary failure resolving|Could not connect' "$SCRATCH/apt.log" &&
             echo "the Debian mirror ($MIRROR, $SECURITY) did not answer: a network failure, not a skip"

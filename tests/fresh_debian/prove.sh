@@ -52,12 +52,11 @@ extension() {
         GRANT idem_client TO my_service_role;
         ALTER ROLE my_service_role SET search_path = idem, public;" || return 1
     out=$(psql -X -At -h "$SOCK" -d app -U my_service_role -v ON_ERROR_STOP=1 -c "
-        SELECT outcome FROM idem_claim(idem_key('u', 'POST', '/p', 'k'), idem_request_hash('b'));
-        SELECT idem_finalize(idem_key('u', 'POST', '/p', 'k'), claim_id, 201, '{}', 'paid')
-          FROM idem_keys WHERE state = 'pending';
+        SELECT c.outcome, idem_finalize(idem_key('u', 'POST', '/p', 'k'), c.claim_id, 201, '{}', 'paid')
+          FROM idem_claim(idem_key('u', 'POST', '/p', 'k'), idem_request_hash('b')) AS c;
         SELECT outcome || ' ' || convert_from(response_body, 'UTF8')
           FROM idem_claim(idem_key('u', 'POST', '/p', 'k'), idem_request_hash('b'));") || return 1
-    [ "$out" = "$(printf 'claimed\nt\nreplay paid')" ] || { echo "got: $out"; return 1; }
+    [ "$out" = "$(printf 'claimed|t\nreplay paid')" ] || { echo "got: $out"; return 1; }
 }
 
 python_client() {
