@@ -24,6 +24,9 @@ before it (docs/design.md, "Examples in the docs", is the convention):
                                      broker suite (tests/broker/run.py) runs it
                                      as the file F against a real RabbitMQ
     <!-- not-run: the reason -->     for what cannot run here (a Citus cluster)
+    <!-- install: what -->           install lines (```sh): not run here; the
+                                     fresh_debian suite (tests/fresh_debian/)
+                                     runs them as written on a fresh Debian 12
 
 (`<!-- getting-started:admin ... -->` and `<!-- getting-started:app ... -->`,
 the README's, are `sql admin` and `sql app`.)  A ```text block is output or
@@ -164,6 +167,8 @@ def parse_marker(b):
     if not b.lang:
         raise ValueError("a fenced block without a language: tag it (```text for output)")
     text = b.marker
+    if text is not None and text.startswith("install:"):
+        return "not-run", "an install block: the fresh_debian suite runs it on a fresh Debian 12", ""
     if text is None or not re.match(r"(example|not-run|getting-started):", text):
         raise ValueError("```%s block without <!-- example: ... --> or <!-- not-run: reason -->" % b.lang)
     first, _, prelude = text.partition("\n")
