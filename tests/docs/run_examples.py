@@ -276,6 +276,9 @@ class Runner:
         return set(r.stdout.split())
 
     def drop_database(self):
+        # A logical slot left by a failed example would keep the database.
+        self.psql("-c", "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots"
+                  " WHERE database = '%s' AND NOT active" % DB)
         r = self.psql("-c", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
         if r.returncode:
             raise RuntimeError(r.stderr)
