@@ -33,17 +33,19 @@ before it (docs/design.md, "Examples in the docs", is the convention):
                                      installs the client suite's build there; without
                                      one the block is reported as not run)
     <!-- example: python compile -->  a fragment (names it does not define):
-    <!-- example: node compile -->    only compiled (py_compile, node --check as
-                                     an ES module, so top-level await is valid)
+    <!-- example: node compile -->    only compiled (Python's compile(), node
+                                     --check as an ES module: top-level await is valid)
     <!-- example: python broker F --> a program needing a message broker (docs/
     <!-- example: node broker F -->   guides/brokers.md): only compiled here; the
                                      broker suite (tests/broker/run.py) runs it
                                      as the file F against a real RabbitMQ
     <!-- not-run: the reason -->     for what cannot run here (a Citus cluster)
 
-Every file of the repository is read (README.md, docs/, the clients'
+Blocks that only compile (cpp, cmake, compile, broker) run in two threads
+beside the others, which run in order against the database.  Every file of the repository is read (README.md, docs/, the clients'
 READMEs, tests/bench/results/ ...: what git tracks, or what the harness
 listed beside its copy of the tree).
+
 (`<!-- getting-started:admin ... -->` and `<!-- getting-started:app ... -->`,
 the README's, are `sql admin` and `sql app`.)  A ```text block is output or
 a diagram and needs no marker.  Anything else without a marker is an error:
@@ -526,7 +528,6 @@ class Runner:
             except RuntimeError as e:
                 print("warning: %s" % e)
             self.drop_roles(self.roles() - before)
-
 
     def finish(self):
         """Report the blocks that compiled in the threads."""
