@@ -45,7 +45,10 @@ prepare_postgres || { echo "0 passed, 1 failed"; exit 1; }
 make_workdir test
 build_and_install_extension "$ROOT"
 copy_tree "$ROOT"
-start_cluster "shared_preload_libraries = 'pg_idem'" || { echo "0 passed, 1 failed"; exit 1; }
+# wal_level = logical: the docs' change-data-capture examples read the
+# outbox through a logical replication slot (docs/guides/inbox-outbox.md).
+start_cluster "shared_preload_libraries = 'pg_idem'
+wal_level = logical" || { echo "0 passed, 1 failed"; exit 1; }
 say "server: $(describe_postgres)"
 as_run_user "$PG_BIN/psql" -X -At -c 'SELECT version()'
 

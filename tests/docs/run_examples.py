@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Run every fenced example of README.md and docs/ (make test's examples suite).
+"""Run every fenced example of every Markdown file (make test's examples suite).
 
     python3 tests/docs/run_examples.py [FILE.md ...]   every block of the files
-                                                        (default: README.md, docs/**/*.md)
+                                                        (default: every tracked *.md)
     python3 tests/docs/run_examples.py --self-test      prove that each kind of
                                                         block can fail
+    python3 tests/docs/run_examples.py --markers        only that every block of every
+                                                        file says how it runs (no server;
+                                                        the static suite runs it)
 
 Every fenced block says how it runs, in an HTML comment on the lines just
 before it (docs/design.md, "Examples in the docs", is the convention):
@@ -18,7 +21,20 @@ before it (docs/design.md, "Examples in the docs", is the convention):
     <!-- example: bash -->           bash -euo pipefail from the repository's root,
                                      as the superuser, PGDATABASE=app
     <!-- example: cpp -->            compiled (g++ -std=c++17 -fsyntax-only)
-                                     against client/cpp/include
+                                     against client/cpp/include; the block's
+                                     #include lines go first, then the prelude,
+                                     so that a prelude may open a function (and
+                                     the check close it) around a fragment
+    <!-- example: cmake -->          the end of a consumer project's CMakeLists.txt
+                                     (after its project() and an executable "app"
+                                     of a main.cpp that calls the client), configured,
+                                     built and run against the C++ client installed
+                                     in IDEM_DOCS_CPP_PREFIX (the examples suite
+                                     installs the client suite's build there; without
+                                     one the block is reported as not run)
+    <!-- example: python compile -->  a fragment (names it does not define):
+    <!-- example: node compile -->    only compiled (Python's compile(), node
+                                     --check as an ES module: top-level await is valid)
     <!-- example: python broker F --> a program needing a message broker (docs/
     <!-- example: node broker F -->   guides/brokers.md): only compiled here; the
                                      broker suite (tests/broker/run.py) runs it
@@ -27,6 +43,11 @@ before it (docs/design.md, "Examples in the docs", is the convention):
     <!-- install: what -->           install lines (```sh): not run here; the
                                      fresh_debian suite (tests/fresh_debian/)
                                      runs them as written on a fresh Debian 12
+
+Blocks that only compile (cpp, cmake, compile, broker) run in two threads
+beside the others, which run in order against the database.  Every file of the repository is read (README.md, docs/, the clients'
+READMEs, tests/bench/results/ ...: what git tracks, or what the harness
+listed beside its copy of the tree).
 
 (`<!-- getting-started:admin ... -->` and `<!-- getting-started:app ... -->`,
 the README's, are `sql admin` and `sql app`.)  A ```text block is output or
@@ -55,7 +76,9 @@ heading that exists; each file's links count as one check.
 The last line is "docs examples: N passed, N failed, N not run".
 """
 
+import concurrent.futures
 import glob
+import itertools
 import os
 import re
 import shutil
@@ -93,7 +116,24 @@ KINDS = {
     "node": ({"js", "javascript"}, "//  "),
     "bash": ({"sh", "bash", "shell"}, "#  "),
     "cpp": ({"cpp", "c++"}, None),
+    "cmake": ({"cmake"}, None),
 }
+# The C++ client installed where a cmake block's find_package looks.
+CPP_PREFIX = os.environ.get("IDEM_DOCS_CPP_PREFIX", "")
+# The consumer a cmake block ends: an executable that calls the client.
+CMAKE_HEAD = """cmake_minimum_required(VERSION 3.16)
+project(docs_consumer LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
+add_executable(app main.cpp)
+"""
+CMAKE_MAIN = """#include <idem/runner.hpp>
+#include <cstdio>
+int main()
+{
+    std::printf("%s\\n", idem::to_hex(idem::cache_key("alice", "POST", "/orders", "k-1")).c_str());
+    return 0;
+}
+"""
 EXEMPT = {"text"}
 
 
@@ -194,6 +234,10 @@ def parse_marker(b):
         raise ValueError("a sql example is run as 'admin' or 'app': <!-- example: sql admin -->")
     if "broker" in opts and (kind not in ("python", "node") or len(opts) != 2 or opts[0] != "broker"):
         raise ValueError("a broker program is <!-- example: python broker FILE --> or node broker FILE")
+    if "compile" in opts and (kind not in ("python", "node") or opts != ["compile"]):
+        raise ValueError("only python and node fragments are <!-- example: KIND compile -->")
+    if kind in ("cpp", "cmake") and opts:
+        raise ValueError("a %s example takes no options" % kind)
     return kind, opts, prelude + "\n" if prelude.strip() else ""
 
 
@@ -257,12 +301,22 @@ def matches(expected, got):
     return re.fullmatch(".*".join(map(re.escape, expected.split("…"))), got) is not None
 
 
+def offline(kind, opts):
+    """Whether a block only compiles (no database): it may run beside the others."""
+    return kind in ("cpp", "cmake") or opts[:1] in (["compile"], ["broker"])
+
+
 class Runner:
-    def __init__(self, tmp):
+    def __init__(self, tmp, workers=0):
         self.tmp = tmp
         self.passed = self.failed = self.not_run = 0
         self.results = []   # (line, ok, what was printed), for the self-test
         self.node_path = None
+        self.serial = itertools.count()   # the examples' file names, unique across threads
+        # Blocks that only compile run in these threads while the database's
+        # examples run (the suite's time is mostly theirs, waiting on psql).
+        self.pool = concurrent.futures.ThreadPoolExecutor(workers) if workers else None
+        self.pending = []   # (block, label, future)
 
     def env(self, **extra):
         e = dict(os.environ)
@@ -281,6 +335,9 @@ class Runner:
         return set(r.stdout.split())
 
     def drop_database(self):
+        # A logical slot left by a failed example would keep the database.
+        self.psql("-c", "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots"
+                  " WHERE database = '%s' AND NOT active" % DB)
         r = self.psql("-c", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % DB)
         if r.returncode:
             raise RuntimeError(r.stderr)
@@ -317,13 +374,21 @@ class Runner:
 
     def execute(self, kind, opts, source, n):
         """Run one example's source; (returncode, stdout, stderr)."""
-        ext = {"sql": "sql", "python": "py", "node": "js", "bash": "sh", "cpp": "cpp"}[kind]
+        ext = {"sql": "sql", "python": "py", "node": "mjs" if opts == ["compile"] else "js", "bash": "sh",
+               "cpp": "cpp", "cmake": "cmake"}[kind]
+        n = next(self.serial)
         path = os.path.join(self.tmp, "example%d.%s" % (n, ext))
         with open(path, "w", encoding="utf-8") as f:
             f.write(source)
         app = dict(PGDATABASE=DB, PGUSER=APP_ROLE)
-        if opts[:1] == ["broker"]:
-            # Run by the broker suite against RabbitMQ; here it must compile.
+        if kind == "python" and offline(kind, opts):
+            try:
+                compile(source, path, "exec")
+                return 0, "", ""
+            except SyntaxError as e:
+                return 1, "", "SyntaxError: %s" % e
+        if opts[:1] == ["broker"] or opts == ["compile"]:
+            # A fragment, or run by the broker suite against RabbitMQ; here it must compile.
             cmd = [sys.executable, "-m", "py_compile", path] if kind == "python" else ["node", "--check", path]
             env = self.env()
         elif kind == "sql":
@@ -340,6 +405,8 @@ class Runner:
         elif kind == "bash":
             cmd = ["bash", "-euo", "pipefail", path]
             env = self.env(PGDATABASE=DB)
+        elif kind == "cmake":
+            cmd, env = self.cmake_project(path, source, n), self.env()
         else:
             inc = subprocess.run(["pg_config", "--includedir"], capture_output=True, text=True).stdout.strip()
             cmd = ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-I", os.path.join(ROOT, "client", "cpp", "include"),
@@ -351,8 +418,26 @@ class Runner:
             return 1, "", "timed out after %d s" % TIMEOUT
         return r.returncode, r.stdout, r.stderr
 
+    def cmake_project(self, path, source, n):
+        """The command that configures, builds and runs a consumer project ending with source."""
+        project = os.path.join(self.tmp, "cmake%d" % n)
+        os.makedirs(project, exist_ok=True)
+        with open(os.path.join(project, "CMakeLists.txt"), "w", encoding="utf-8") as f:
+            f.write(CMAKE_HEAD + source)
+        with open(os.path.join(project, "main.cpp"), "w", encoding="utf-8") as f:
+            f.write(CMAKE_MAIN)
+        build = os.path.join(project, "build")
+        return ["bash", "-ec", 'cmake -S "$1" -B "$2" -DCMAKE_PREFIX_PATH="$3" -DCMAKE_BUILD_TYPE=Release >/dev/null\n'
+                'cmake --build "$2" -j2 >/dev/null\n"$2/app" >/dev/null', "cmake", project, build, CPP_PREFIX]
+
     def run_block(self, b, kind, opts, prelude, n):
-        source = prelude + b.body + (b.check + "\n" if b.check else "")
+        body = b.body
+        if kind == "cpp":
+            # The block's includes before the prelude, which may open a function.
+            lines = body.split("\n")
+            prelude = "\n".join([l for l in lines if l.startswith("#include")] + [prelude])
+            body = "\n".join(l for l in lines if not l.startswith("#include"))
+        source = prelude + body + (b.check + "\n" if b.check else "")
         code, out, err = self.execute(kind, opts, source, n)
         prefix = KINDS[kind][1]
         expected = [l[len(prefix):] for l in b.body.split("\n") if prefix and l.startswith(prefix)]
@@ -402,10 +487,15 @@ class Runner:
                 parsed.append((b, parse_marker(b)))
             except ValueError as e:
                 self.report(b, False, str(e))
+        no_cpp = [(b, m) for b, m in parsed if m[0] == "cmake" and not SQL_EDITION and not CPP_PREFIX]
         todo = [(b, m) for b, m in parsed if m[0] not in ("exempt", "not-run")
-                and ("sql-edition" in m[1]) == SQL_EDITION]
+                and ("sql-edition" in m[1]) == SQL_EDITION and (b, m) not in no_cpp]
         for b, m in parsed:
-            if m[0] == "not-run":
+            if (b, m) in no_cpp:
+                print("not run %s ```cmake: no installed C++ client (IDEM_DOCS_CPP_PREFIX): the client suite "
+                      "builds it; make test SUITES=\"client examples\"" % b.where())
+                self.not_run += 1
+            elif m[0] == "not-run":
                 print("not run %s ```%s: %s" % (b.where(), b.lang, m[1]))
                 self.not_run += 1
             elif m[0] != "exempt" and ("sql-edition" in m[1]) != SQL_EDITION:
@@ -416,6 +506,17 @@ class Runner:
             return
         with open(path, encoding="utf-8") as f:
             empty = "<!-- examples: empty database -->" in f.read()
+        for n, (b, (kind, opts, prelude)) in enumerate(todo):
+            if offline(kind, opts):
+                label = " ".join([kind] + opts)
+                if self.pool:
+                    self.pending.append((b, label, self.pool.submit(self.run_block, b, kind, opts, prelude, n)))
+                else:
+                    ok, detail = self.run_block(b, kind, opts, prelude, n)
+                    self.report(b, ok, label + ("\n" + detail if detail else ""))
+        todo = [(b, m) for b, m in todo if not offline(m[0], m[1])]
+        if not todo:
+            return
         before = self.roles()
         try:
             self.prepare(empty)
@@ -433,6 +534,15 @@ class Runner:
                 print("warning: %s" % e)
             self.drop_roles(self.roles() - before)
 
+    def finish(self):
+        """Report the blocks that compiled in the threads."""
+        for b, label, future in self.pending:
+            ok, detail = future.result()
+            self.report(b, ok, label + ("\n" + detail if detail else ""))
+        self.pending = []
+        if self.pool:
+            self.pool.shutdown()
+
 
 def free_port():
     s = socket.socket()
@@ -443,15 +553,34 @@ def free_port():
 
 
 def default_files():
-    files = [os.path.join(ROOT, "README.md")]
-    files += sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
-    return files
+    """Every Markdown file of the repository: the tracked ones (git ls-files, or
+    the list the harness wrote beside its copy of the tree), or, in a copy
+    with neither, every one outside dependencies and build output."""
+    listed = os.path.join(ROOT, ".tracked-files")
+    if os.path.exists(os.path.join(ROOT, ".git")):
+        out = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "*.md"], capture_output=True, text=True, check=True)
+        names = out.stdout.split("\0")
+    elif os.path.exists(listed):
+        with open(listed, encoding="utf-8") as f:
+            names = f.read().split("\0")
+    else:
+        names = [os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True)
+                 if not re.search(r"(^|/)(node_modules|build|tmp_check)/", os.path.relpath(p, ROOT))]
+    names = [n for n in names if n.endswith(".md") and os.path.exists(os.path.join(ROOT, n))]
+    # README.md first: the Getting started the others build on.
+    return sorted((os.path.join(ROOT, n) for n in names), key=lambda p: (p != os.path.join(ROOT, "README.md"), p))
 
 
-def link_only_files():
-    """Markdown files whose links are checked, beside those whose examples run."""
-    return sorted(set(glob.glob(os.path.join(ROOT, "client", "**", "README.md"), recursive=True))
-                  - set(glob.glob(os.path.join(ROOT, "client", "node", "node_modules", "**"), recursive=True)))
+def unmarked(files):
+    """Every block of the files that does not say how it runs: (where, why)."""
+    bad = []
+    for path in files:
+        for b in blocks(path):
+            try:
+                parse_marker(b)
+            except ValueError as e:
+                bad.append((b.where(), str(e)))
+    return bad
 
 
 # --self-test: one page whose every block must be reported as a failure,
@@ -519,6 +648,11 @@ idem::no_such_type t;
 def consume(:   # a broker program is compiled here, run by the broker suite
 ```
 
+<!-- example: python compile -->
+```python
+pool.claim(   # a fragment is compiled, not run: a syntax error fails it
+```
+
 ```sql
 SELECT 1;   -- no marker
 ```
@@ -548,7 +682,7 @@ SELECT 1/0;
 SELF_TEST_WANT = [
     "expected 'claim: replay'", "idem_no_such_function() does not exist", "permission denied for table idem_keys",
     "AssertionError: a wrong cache key", "expected 'claimed'", "Error: a wrong cache key", "bash\nexit status 1",
-    "no_such_type", "SyntaxError", "block without <!-- example", "a ```sql block marked as a python example",
+    "no_such_type", "SyntaxError", "SyntaxError", "block without <!-- example", "a ```sql block marked as a python example",
     "needs a reason", "division by zero",
 ]
 
@@ -579,12 +713,19 @@ def main(argv):
     try:
         if argv[:1] == ["--self-test"]:
             return self_test(tmp)
+        if argv[:1] == ["--markers"]:
+            bad = unmarked(default_files())
+            for where, why in bad:
+                print("not ok %s: %s" % (where, why))
+            print("docs markers: %d files, %d blocks without a marker" % (len(default_files()), len(bad)))
+            return 1 if bad else 0
         files = [os.path.abspath(a) for a in argv] or default_files()
-        runner = Runner(tmp)
-        for path in files + ([] if argv else link_only_files()):
+        runner = Runner(tmp, workers=2)
+        for path in files:
             runner.check_links(path)
         for path in files:
             runner.run_file(path)
+        runner.finish()
         print("docs examples: %d passed, %d failed, %d not run" % (runner.passed, runner.failed, runner.not_run))
         return 1 if runner.failed or not runner.passed else 0
     finally:

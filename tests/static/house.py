@@ -28,6 +28,9 @@ status is the number of failed checks.
              states its scenario itself
   filemap    docs/design.md's maps of extension/ and tests/ name only what
              exists, and every C file of extension/
+  docs       every fenced block of every Markdown file says how make
+             test's examples suite runs it (run, compiled, or not run with
+             a reason: tests/docs/run_examples.py --markers)
   self-test  layers, names and functions fail on the faults they are for
              (a _PG_init in core/, a protocol name as a literal, a
              function over the limit)
@@ -566,6 +569,15 @@ def names_self_test():
     return bad
 
 
+def check_doc_markers():
+    """Every fenced block of every Markdown file says how make test runs it
+    (tests/docs/run_examples.py: run, compiled, or not run with a reason)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "docs"))
+    import run_examples
+    report("docs: every code block is run, compiled or marked",
+           ["%s: %s" % bad for bad in run_examples.unmarked(run_examples.default_files())])
+
+
 def main():
     check_protocol()
     check_sizes()
@@ -577,6 +589,7 @@ def main():
     check_functions()
     check_paths()
     check_filemap()
+    check_doc_markers()
     check_self_test()
     if "--so" in sys.argv:
         check_exports(sys.argv[sys.argv.index("--so") + 1])

@@ -1,6 +1,6 @@
 # Suite of tests/run.sh: the driver examples (client/examples/*/run-example.sh)
-# and every fenced example of README.md and docs/ (tests/docs/run_examples.py).
-# Sourced; uses count, say, as_run_user, $WORK, $PG_BIN.
+# and every fenced example of every Markdown file (tests/docs/run_examples.py).
+# Sourced; uses count, say, as_run_user, client_build, $WORK, $PG_BIN.
 # Examples in other languages: each script exits non-zero on failure.
 suite_examples() {
     local script
@@ -24,8 +24,17 @@ suite_examples() {
         cat "$log"
         count "docs examples self-test" 0 1
     fi
-    say "docs examples: every fenced block of README.md and docs/, every relative link"
-    (cd "$WORK/src" && as_run_user /usr/bin/python3 "$runner") >"$log" 2>&1
+    # The C++ README's CMake lines build against the client the client suite
+    # built (it runs first): installed here, never built again.  Without
+    # that build the runner says the cmake blocks were not run, and why.
+    local cpp_prefix=
+    if [ -e "$(client_build)/libpg_idem.so" ] && [ -e "$(client_build)/libpg_idem.a" ]; then
+        cpp_prefix=$WORK/docs-cpp-prefix
+        as_run_user cmake --install "$(client_build)" --prefix "$cpp_prefix" >"$WORK/docs-cpp-install.log" 2>&1 ||
+            { tail -n 20 "$WORK/docs-cpp-install.log"; cpp_prefix=; }
+    fi
+    say "docs examples: every fenced block of every Markdown file, every relative link"
+    (cd "$WORK/src" && as_run_user env IDEM_DOCS_CPP_PREFIX="$cpp_prefix" /usr/bin/python3 "$runner") >"$log" 2>&1
     local rc=$?
     grep -vE '^ok ' "$log"
     ok=$(grep -oE '^docs examples: [0-9]+ passed' "$log" | grep -oE '[0-9]+')

@@ -6,7 +6,8 @@
 #   their folder and file, no circle of includes or calls between files or
 #   folders (core/ depends on no other), no function over 150 lines, every
 #   repository path a file names exists, docs/design.md's maps match the
-#   tree, and the library exports only idem_* symbols;
+#   tree, every code block of every Markdown file says how it runs, and the
+#   library exports only idem_* symbols;
 # - the extension builds with gcc -Wall -Wextra -Werror.  Two -Wextra
 #   warnings are off: -Wunused-parameter (PostgreSQL's own headers trip it,
 #   57 times, and our callbacks have the signatures PostgreSQL's hooks
