@@ -61,8 +61,11 @@ $(EXT)--$(EXTVERSION).sql: $(sort $(wildcard extension/install/*.sql))
 # Three install pieces run in every upgrade too: the writable-schema warning
 # (install/00_schema_check.sql) and the preload notice (05_preload_check.sql)
 # first, and the privileges loop (90_privileges.sql) last, which locks down
-# functions the upgrade created.
-$(UPGRADE): extension/install/00_schema_check.sql extension/install/05_preload_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) extension/install/90_privileges.sql
+# functions the upgrade created.  An install piece whose objects are all new
+# in this version runs in the upgrade as it is (NEW_PIECES), after the
+# upgrade's own pieces, instead of a copy of it among them.
+NEW_PIECES = extension/install/55_redrive.sql
+$(UPGRADE): extension/install/00_schema_check.sql extension/install/05_preload_check.sql $(sort $(wildcard extension/upgrades/$(PREVIOUS)--$(EXTVERSION)/*.sql)) $(NEW_PIECES) extension/install/90_privileges.sql
 	$(assemble)
 
 $(OBJS): $(wildcard extension/*/*.h)
