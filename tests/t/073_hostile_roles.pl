@@ -225,7 +225,7 @@ for my $victim ('app', $su)
 		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(key => 'dead-key') r
 		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(dead_before => now() + interval '1 day') r
 		UNION ALL SELECT 'outbox ' || r::text FROM idem.idem_outbox_redrive(all_dead => true) r
-		UNION ALL SELECT 'inbox ' || r::text FROM idem.idem_inbox_redrive('orders-' || v, 'msg-failed') r, (VALUES ('app'), ('$su')) AS x(v)
+		UNION ALL SELECT 'inbox ' || r::text FROM (VALUES ('app'), ('$su')) AS x(v), idem.idem_inbox_redrive('orders-' || x.v, 'msg-failed') r
 		UNION ALL SELECT 'inbox ' || r::text FROM idem.idem_inbox_redrive(consumer => 'orders-app') r
 		UNION ALL SELECT 'inbox ' || r::text FROM idem.idem_inbox_redrive(all_dead => true) r;
 	});
