@@ -57,13 +57,17 @@ $green->safe_psql('postgres',
 	"CREATE SUBSCRIPTION idem_sub CONNECTION '$blue_connstr' PUBLICATION idem_pub, idem_seq");
 $green->wait_for_subscription_sync($blue, 'idem_sub');
 
-# The subscription copies the sequences once, when it is created.
+# The subscription copies the sequences once, when it is created: every
+# sequence of the publication (the extension has more than these two, the
+# redrive log's id among them) is ready.
 my $sequences = q{SELECT (SELECT last_value FROM idem_generation_seq) || '|' ||
 	(SELECT last_value FROM idem_outbox_id_seq)};
 my $copied = $blue->safe_psql('postgres', $sequences);
 $green->poll_query_until('postgres',
-	"SELECT count(*) = 2 FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
-	  WHERE c.relkind = 'S' AND r.srsubstate = 'r'")
+	"SELECT count(*) FILTER (WHERE c.relname IN ('idem_generation_seq', 'idem_outbox_id_seq')) = 2
+	        AND bool_and(r.srsubstate = 'r')
+	   FROM pg_subscription_rel r JOIN pg_class c ON c.oid = r.srrelid
+	  WHERE c.relkind = 'S'")
   or die 'the sequences were not copied';
 is($green->safe_psql('postgres', $sequences), $copied,
 	"green's sequences are blue's when the subscription started ($copied)");
