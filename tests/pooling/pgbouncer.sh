@@ -15,11 +15,25 @@
 PGBOUNCER=${PGBOUNCER:-/usr/sbin/pgbouncer}
 
 # Start it; sets PGBOUNCER_PORT. Returns non-zero when it does not come up.
+# A port free_port found free can be taken before PgBouncer binds it (a
+# client's outgoing connection to 127.0.0.1 takes a port of the same
+# range): up to three ports are tried, each given 20 s to answer.
 start_pgbouncer() {
+    local attempt
+    for attempt in 1 2 3; do
+        start_pgbouncer_on "$(free_port)" && return 0
+        echo "pgbouncer: attempt $attempt on port $PGBOUNCER_PORT failed; its log:" >&2
+        tail -n 20 "$WORK/pgbouncer/pgbouncer.log" >&2
+        stop_pgbouncer
+    done
+    return 1
+}
+
+start_pgbouncer_on() {   # PORT
     local dir=$WORK/pgbouncer user i
     user=$(run_user)
     mkdir -p "$dir"
-    PGBOUNCER_PORT=$(free_port)
+    PGBOUNCER_PORT=$1
     export PGBOUNCER_PORT
     # trust: no password is checked, but the user must be in the auth file.
     printf '"%s" ""\n' "$user" >"$dir/userlist.txt"
@@ -47,12 +61,17 @@ pidfile = $dir/pgbouncer.pid
 INI
     [ "$(id -u)" = 0 ] && chown -R "$user": "$dir"
     as_run_user "$PGBOUNCER" -d -q "$dir/pgbouncer.ini" || return 1
-    for i in $(seq 1 50); do
+    for i in $(seq 1 200); do
         as_run_user "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PGBOUNCER_PORT" -d postgres \
             -c "SELECT 1" >/dev/null 2>&1 && return 0
+        # Gone (its port taken, its configuration refused): no use waiting.
+        if [ -f "$dir/pgbouncer.pid" ]; then
+            kill -0 "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || return 1
+        elif [ "$i" -gt 20 ]; then
+            return 1
+        fi
         sleep 0.1
     done
-    tail -n 20 "$dir/pgbouncer.log" >&2
     return 1
 }
 
