@@ -27,14 +27,20 @@ RAW = os.path.join(RESULTS, "raw")
 PLOTDATA = os.path.join(WORK, "plotdata")
 os.makedirs(RAW, exist_ok=True)
 os.makedirs(PLOTDATA, exist_ok=True)
-# Everything below is this run's: no plot or CSV of an earlier run may stay.
-for stale in [os.path.join(RESULTS, f) for f in os.listdir(RESULTS) if f.endswith(".png")] + \
-        [os.path.join(RAW, f) for f in os.listdir(RAW)]:
-    if os.path.isfile(stale):    # raw/growth/ is growth.sh's, written before this report
-        os.remove(stale)
 # The outbox's CSVs, when tests/bench/outbox.sh ran in this run (before
 # this report: run.sh passes them in WORK/outbox).
 OUTBOX = os.path.join(WORK, "outbox")
+# What outbox.sh and outbox_instructions.sh of this run wrote into raw/
+# themselves, before this report: kept when the outbox ran in this run.
+OUTBOX_WROTE = {"outbox_wal_records.csv", "outbox_machine.txt", "outbox_instructions.csv"} \
+    if os.path.exists(os.path.join(OUTBOX, "outbox.csv")) else set()
+# Everything below is this run's: no plot or CSV of an earlier run may stay.
+# growth.sh's plots (growth_*.png) are written before this report, as raw/growth/.
+for stale in [os.path.join(RESULTS, f) for f in os.listdir(RESULTS)
+              if f.endswith(".png") and not f.startswith("growth_")] + \
+        [os.path.join(RAW, f) for f in os.listdir(RAW) if f not in OUTBOX_WROTE]:
+    if os.path.isfile(stale):    # raw/growth/ is growth.sh's, written before this report
+        os.remove(stale)
 if os.path.exists(os.path.join(OUTBOX, "outbox.csv")):
     shutil.copy(os.path.join(OUTBOX, "outbox.csv"), os.path.join(RAW, "outbox.csv"))
     shutil.copy(os.path.join(OUTBOX, "life.csv"), os.path.join(RAW, "outbox_life.csv"))
