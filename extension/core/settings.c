@@ -60,7 +60,7 @@ int			idem_cleanup_interval_s = 60;
 int			idem_cleanup_database_timeout_s = 60;
 char	   *idem_database = NULL;
 int			idem_cleanup_batch = 1000;
-int			idem_cleanup_delay_ms = 100;
+int			idem_cleanup_delay_ms = 200;
 int			idem_outbox_retention_s = 7 * 24 * 60 * 60;
 int			idem_inbox_retention_s = 7 * 24 * 60 * 60;
 int			idem_attempt_retention_s = 31 * 24 * 60 * 60;
@@ -436,7 +436,7 @@ define_worker_settings(void)
 	DefineCustomIntVariable("idem.cleanup_delay",
 							"Pause of the cleanup worker after each full batch, before the next (0 .. 10s; 0: no pause).",
 							"Paces the cleanup of a backlog so that it leaves the requests their share of the cores; idem_cleanup itself never pauses.",
-							&idem_cleanup_delay_ms, 100, 0, 10 * 1000,
+							&idem_cleanup_delay_ms, 200, 0, 10 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 	DefineCustomIntVariable("idem.outbox_retention",
 							"Age after which the worker prunes published and dead outbox events (1s .. 68 years).",

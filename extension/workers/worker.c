@@ -19,10 +19,14 @@
  * quiet at 1 M keys, and a CPU burner alone did most of that).  The sleep
  * waits on the latch, so SIGTERM, SIGHUP (a new delay applies to the sleep
  * in progress) and the postmaster's death are answered at once.  Sleeps
- * never carry a pass past half of idem.cleanup_database_timeout, shared
- * among the jobs: the launcher would stop the worker there with a WARNING
- * meant for a stuck one, and a backlog of keys would hold up the pruning
- * of the other tables.  What a pass leaves is for the next.
+ * never carry a pass past half of idem.cleanup_database_timeout: the
+ * launcher would stop the worker there with a WARNING meant for a stuck
+ * one.  The jobs take turns, a batch each, so that a backlog of keys does
+ * not hold up the pruning of the other tables, and a job with nothing to
+ * do leaves the pass's time to those with a backlog (a fixed share per
+ * job capped a pass at 66 of its 100 batches of keys at the defaults, and
+ * the worker's capacity at about 980 keys/s).  What a pass leaves is for
+ * the next.
  *
  * It runs no SQL text at all: the extension and its schema are found in
  * the catalog by name, each job's function by its exact signature in that
@@ -194,7 +198,7 @@ reload_if_pending(void)
 
 /*
  * Sleep idem.cleanup_delay before the next batch; false, without sleeping
- * on, when the sleep would end after deadline (the job stops there).  A
+ * on, when the sleep would end after deadline (the pass stops there).  A
  * reload during the sleep applies its new delay to it, counted from its
  * start; SIGTERM ends the worker from CHECK_FOR_INTERRUPTS.
  */
@@ -225,52 +229,85 @@ pace(TimestampTz deadline)
 	}
 }
 
+/* run_batch's answer when the batch failed (reported; the job stops). */
+#define BATCH_FAILED (-2)
+
 /*
- * One job in batches until one comes back short (bounded), paced; false
- * if absent.  Not inlined: inlined into the PG_TRY of
- * idem_cleanup_worker_main, its locals would look clobbered by the longjmp
- * to gcc -Wextra at -O1 (an assert-enabled build), although none is read
- * after one.
+ * One batch of one job, its error reported and cleaned up: rows deleted,
+ * -1 when absent, BATCH_FAILED.  Not inlined: inlined into its caller,
+ * whose locals live across the PG_TRY, they would look clobbered by the
+ * longjmp to gcc -Wextra at -O1 (an assert-enabled build).
  */
-static pg_noinline bool
-run_job(const CleanupJob *job, TimestampTz deadline)
+static pg_noinline int64
+run_batch_reported(const CleanupJob *job, MemoryContext job_context)
 {
-	int			i;
+	volatile int64 deleted = BATCH_FAILED;
 
-	for (i = 0; i < MAX_BATCHES_PER_PASS; i++)
+	PG_TRY();
 	{
-		int64		deleted;
-
-		reload_if_pending();
 		deleted = run_batch(job);
-		if (deleted < 0)
-			return false;
-		if (deleted < idem_cleanup_batch || i == MAX_BATCHES_PER_PASS - 1)
-			break;
-		CHECK_FOR_INTERRUPTS();
-		if (!pace(deadline))
-			break;
 	}
-	return true;
+	PG_CATCH();
+	{
+		/* Report, clean up; the caller goes on with the other jobs. */
+		MemoryContextSwitchTo(job_context);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+	return deleted;
 }
 
 /*
- * When job j of a pass begun at pass_start must stop sleeping: its share
- * of what is left of half of idem.cleanup_database_timeout, the jobs
- * after it having theirs.  Half, to leave the batch in progress the other
- * half before the launcher gives up on the worker.  Not inlined, for the
- * reason run_job gives.
+ * One pass's jobs, taking turns a batch each until every job's last batch
+ * came back short (or failed, or reached MAX_BATCHES_PER_PASS), paced
+ * after each full batch; the pass ends early when a sleep would end past
+ * half of idem.cleanup_database_timeout.  False when pg_idem is not
+ * installed in the database.
  */
-static pg_noinline TimestampTz
-job_deadline(TimestampTz pass_start, int j)
+static bool
+run_jobs(TimestampTz pass_start, MemoryContext job_context)
 {
-	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz pass_end = pass_start +
 		(TimestampTz) idem_cleanup_database_timeout_s * USECS_PER_SEC / 2;
+	int			batches[lengthof(cleanup_jobs)] = {0};
+	bool		finished[lengthof(cleanup_jobs)] = {false};
+	bool		more = true;
 
-	if (pass_end <= now)
-		return now;
-	return now + (pass_end - now) / ((int) lengthof(cleanup_jobs) - j);
+	while (more)
+	{
+		int			j;
+
+		more = false;
+		for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
+		{
+			MemoryContext old;
+			int64		deleted;
+
+			if (finished[j])
+				continue;
+			reload_if_pending();
+			old = MemoryContextSwitchTo(job_context);
+			deleted = run_batch_reported(&cleanup_jobs[j], job_context);
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(job_context);
+			/* The first job's function exists in every version: absent = not installed. */
+			if (deleted == -1 && j == 0)
+				return false;
+			if (deleted < idem_cleanup_batch || ++batches[j] == MAX_BATCHES_PER_PASS)
+			{
+				finished[j] = true;
+				continue;
+			}
+			CHECK_FOR_INTERRUPTS();
+			if (!pace(pass_end))
+				return true;
+			more = true;
+		}
+	}
+	return true;
 }
 
 /* Most failures handed over that one pass records. */
@@ -279,8 +316,8 @@ job_deadline(TimestampTz pass_start, int j)
 /*
  * Record the inbox failures sessions handed over in this database
  * (inbox_cap.c), each in a transaction of its own.  Not inlined, for the
- * reason run_job gives; what is left after an error stays handed over for
- * the next pass.
+ * reason run_batch_reported gives; what is left after an error stays
+ * handed over for the next pass.
  */
 static pg_noinline void
 record_some_handed_over(void)
@@ -332,7 +369,6 @@ idem_cleanup_worker_main(Datum main_arg)
 {
 	MemoryContext job_context;
 	TimestampTz pass_start = GetCurrentTimestamp();
-	int			j;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -344,34 +380,7 @@ idem_cleanup_worker_main(Datum main_arg)
 	job_context = AllocSetContextCreate(TopMemoryContext, "pg_idem cleanup job",
 										ALLOCSET_DEFAULT_SIZES);
 	record_handed_over();
-	for (j = 0; j < (int) lengthof(cleanup_jobs); j++)
-	{
-		MemoryContext old = MemoryContextSwitchTo(job_context);
-		TimestampTz deadline = job_deadline(pass_start, j);
-		volatile bool present = true;
-
-		PG_TRY();
-		{
-			present = run_job(&cleanup_jobs[j], deadline);
-		}
-		PG_CATCH();
-		{
-			/* Report, clean up, and go on with the next job. */
-			MemoryContextSwitchTo(job_context);
-			EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			pgstat_report_activity(STATE_IDLE, NULL);
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(job_context);
-		/* The first job's function exists in every version: absent = not installed. */
-		if (!present && j == 0)
-		{
-			elog(DEBUG1, "pg_idem cleanup worker: pg_idem is not installed in this database");
-			break;
-		}
-	}
+	if (!run_jobs(pass_start, job_context))
+		elog(DEBUG1, "pg_idem cleanup worker: pg_idem is not installed in this database");
 	proc_exit(0);
 }

@@ -2,7 +2,8 @@
 # delay after each full batch; a reload changes the sleep in progress;
 # SIGTERM ends it at once; sleeps never carry a pass past half of
 # idem.cleanup_database_timeout (no "skipped" WARNING for a paced pass);
-# bad values are refused with the usual GUC errors.
+# the jobs take turns, so a job with nothing to do leaves the pass's time
+# to the keys; bad values are refused with the usual GUC errors.
 #
 # Nothing is timed tightly: each check counts batches (10 keys each)
 # against a 10 s delay, so a slow machine can only make the worker do
@@ -123,9 +124,9 @@ ok(within(60, "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'p
 	'the launcher carries on');
 
 ### 4. Sleeps never carry a pass past half of idem.cleanup_database_timeout.
-# 4 s: a pass may sleep until 2 s after its start, shared by its four
-# jobs, so a 10 s sleep is never begun: one batch per pass, then the next
-# pass a second later; the launcher never has to stop a worker.
+# 4 s: a pass may sleep until 2 s after its start, so a 10 s sleep is
+# never begun: one batch per pass, then the next pass a second later; the
+# launcher never has to stop a worker.
 my $log_offset = -s $node->logfile;
 my $before = keys_left();
 reload_with(cleanup_database_timeout => '4s', cleanup_interval => '1s');
@@ -136,7 +137,32 @@ ok(!$node->log_contains('skipped: its worker did not finish', $log_offset),
 reload_with(cleanup_database_timeout => '1d', cleanup_delay => '0');
 ok(within(60, 'SELECT count(*) = 0 FROM idem_keys'), 'the rest is deleted unpaced');
 
-### 5. Bad values are refused with the usual errors; the range's ends are taken.
+### 5. The jobs take turns: the keys have the pass's whole time to themselves.
+# Timeout 8 s: a pass may sleep until 4 s after its start.  With a 250 ms
+# delay that is about 16 batches of 10 keys; a share of a quarter per job
+# (0.6.0's first pacing) allowed 4.  A slow machine does fewer batches,
+# never more, so the bound below only fails if the keys get a share.
+reload_with(cleanup_interval => '1d', cleanup_delay => '250ms',
+	cleanup_database_timeout => '8s');
+ok(within(60, "SELECT count(*) = 0 $worker"), 'no pass runs');
+finished_keys('c', 300);
+$log_offset = -s $node->logfile;
+reload_with(cleanup_interval => '1s');
+ok(within(60, "SELECT count(*) = 1 $worker"), 'a pass starts');
+# No pass after this one.
+reload_with(cleanup_interval => '1d');
+ok(within(60, "SELECT count(*) = 0 $worker"), 'the pass ends');
+my $deleted = 300 - keys_left();
+note("one pass deleted $deleted keys");
+cmp_ok($deleted, '>=', 80,
+	'one pass deleted at least 8 batches of keys: more than a quarter of its time allows');
+cmp_ok($deleted, '<', 300, 'and stopped at half of the timeout, the rest left for the next');
+ok(!$node->log_contains('skipped: its worker did not finish', $log_offset),
+	'the launcher did not have to stop it');
+reload_with(cleanup_database_timeout => '1d', cleanup_delay => '0', cleanup_interval => '1s');
+ok(within(60, 'SELECT count(*) = 0 FROM idem_keys'), 'the next pass deletes the rest');
+
+### 6. Bad values are refused with the usual errors; the range's ends are taken.
 for my $bad ([ "'-1'", qr/22023: -1 ms is outside the valid range for parameter "idem.cleanup_delay" \(0( ms)? \.\. 10000( ms)?\)/ ],
 	[ "'11s'", qr/22023: 11000 ms is outside the valid range for parameter "idem.cleanup_delay" \(0( ms)? \.\. 10000( ms)?\)/ ],
 	[ "'soon'", qr/22023: invalid value for parameter "idem.cleanup_delay": "soon"/ ])
@@ -158,7 +184,7 @@ for my $value ('0', '10s')
 }
 is(q1("SELECT unit || ' ' || min_val || ' ' || max_val || ' ' || boot_val || ' ' || context
 	     FROM pg_settings WHERE name = 'idem.cleanup_delay'"),
-	'ms 0 10000 100 sighup', 'pg_settings: unit, range, default, reload only');
+	'ms 0 10000 200 sighup', 'pg_settings: unit, range, default, reload only');
 
 ok(!$node->log_contains('TRAP|server process .* was terminated by signal'), 'no backend crashed');
 $node->stop;
