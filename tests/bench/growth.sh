@@ -98,6 +98,9 @@ q -c "CREATE EXTENSION pg_idem" -f "$BENCH/sql/setup.sql" -f "$BENCH/sql/growth.
     echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "parts=$PARTS"
+    if measured pacing; then
+        echo "pacing_sizes=${PACING_SIZES:-$PACE_SIZES} pacing_delays=${PACING_DELAYS:-0 25 50 100 200}"
+    fi
 } >"$OUT/machine.txt"
 # The parts left out: the committed page's numbers, and the run they are from.
 kept=

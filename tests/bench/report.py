@@ -351,10 +351,12 @@ def span(vals):
 # Issue 13 (the fast path): against the minimal floor and PL/pgSQL, at the
 # headline cell ("one run, interleaved rounds, 4 clients"; synchronous
 # commit on, the default) for the cycle; every cycle cell is listed beside
-# it.  Each missed one gets a "by how much" entry on the page (GAPS).
+# it.  Each missed one gets a "by how much" entry on the page (GAPS).  The
+# bounds are issue 35's, which raised two of issue 13's: the cycle against
+# PL/pgSQL from 1.25 to 1.3 and the replay from 0.9 to 0.95.
 HEADLINE = (4, "on")
 CYCLE_VS_MINIMAL, CYCLE_VS_PLPGSQL, REPLAY_VS_MINIMAL, RENEW_VS_MINIMAL, WAL_VS_MINIMAL = \
-    0.95, 1.25, 0.9, 0.95, 1.1
+    0.95, 1.3, 0.95, 0.95, 1.1
 GAPS = {}   # target key -> (title, scenario, base, clients, sync, measured, limit, kind)
 
 
@@ -633,7 +635,9 @@ P(f"**Noise.** {machine.get('nproc')} cores shared with other engineers' builds 
 P("")
 P("## Targets")
 P("")
-P(f"The first {ISSUE13_TARGETS} rows and the outbox rows are issue 13's (the fast path); "
+P(f"The first {ISSUE13_TARGETS} rows and the outbox rows are issue 13's (the fast path), "
+  "with issue 35's bounds where it raised them (the cycle against PL/pgSQL 1.3 ×, the replay "
+  "0.95 ×; the outbox's batch cells against pgmq with the archive on as well as off); "
   "the others are kept from issue 5. The new-key cycle's verdicts are those of the headline "
   f"cell, {HEADLINE[0]} clients with `synchronous_commit = {HEADLINE[1]}` (the other cells "
   "are listed beside it); the outbox's are judged with `idem.outbox_archive = off`, as the "

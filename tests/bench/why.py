@@ -45,6 +45,16 @@ WHY = {
         "dropping the in-transaction trigger for lease-mode claims (a trigger cannot be "
         "skipped per row without its WHEN evaluation and the old row's fetch), e.g. a "
         "separate table for idem_begin's claims."),
+    "cycle_plpgsql_headline": (
+        "By server CPU per request the headline cell is 1.52 × PL/pgSQL (0.6.0's quiet "
+        "medium run): pg_idem runs the protocol without an executor per statement, where "
+        "PL/pgSQL runs each through SPI (results.md's cycle section, probes paired round by "
+        "round). With `synchronous_commit = on` both variants wait for two WAL flushes per "
+        "request, a time neither controls, so the throughput ratio is pulled towards 1: the "
+        "same run measured 1.27 × at 4 clients and 1.34 × and 1.64 × at 1 and 16 clients "
+        "with commits not waiting (sync off). What would close it by throughput: nothing on "
+        "the CPU side is left to PL/pgSQL's share; the two commits are the lease protocol's "
+        "(in-transaction mode has one)."),
     "outbox_stage1": (
         "Staging is a direct insert now (no executor per event; `direct_table.c`); by server "
         "CPU per event it is within 2 µs (4 %) of the floor's bare `INSERT`, and the "
@@ -107,10 +117,14 @@ WHY = {
         "The archive is pgmq's WAL plus the archived copy of each event: its row (about 420 B "
         "of Heap/INSERT, payload included), its primary-key entry (64 B) and the BRIN summary "
         "of published_at (about 9 B), by the page's WAL table; the queue's own records are "
-        "those of `outbox_pgmq_wal`. What would close it: an archive that keeps less than "
-        "the whole event (its payload is what a replay of the archive needs), or the queue at "
-        "fillfactor 40 (about 1.2 ×; see `outbox_pgmq_wal` for why it is not the "
-        "default). `idem.outbox_archive = off` keeps nothing, as pgmq's delete."),
+        "those of `outbox_pgmq_wal`. What would close it, measured in plain SQL "
+        "(results/outbox_archive_designs.md, tests/bench/outbox_archive_designs.sh): a "
+        "claim that moves the event into an in-flight table kept at fillfactor 50 and an "
+        "ack that marks it published there, on its page, wrote 1.18 × pgmq's WAL (1425 B "
+        "against 1207 B; this design 1820 B) at no cost to staging, whose queue keeps "
+        "fillfactor 100. Not built yet: the claim, the nack, the lease's expiry and the "
+        "per-key order would read two tables, in both editions. "
+        "`idem.outbox_archive = off` keeps nothing, as pgmq's delete."),
     "outbox_pgmq_drain1": (
         "Claim and ack of one event are two transactions, each a commit and a WAL flush on "
         "both sides: commit-bound on this machine's disk, as for `outbox_pgmq_stage1`. By "
@@ -121,6 +135,21 @@ WHY = {
         "ack of 100 is about 1.4 × faster than pgmq's read + delete with the archive off, and "
         "about 1.1 × with it; a throughput miss in the same run is the shared machine's "
         "(the cells' rounds spread by more than the gap: see the spread line)."),
+    "outbox_pgmq_archive_stage100": (
+        "Staging does the same work with the archive on or off (the setting only changes "
+        "what an ack does), so this cell's archive-on and archive-off rows are two samples "
+        "of one workload: 1.05 × and 1.00 × pgmq in 0.6.0's quiet run, both at pgmq's server "
+        "CPU per event (14.8 against 14.8 and 15.2 µs). The cause is `outbox_pgmq_stage100`'s: "
+        "the same heap insert and two B-tree inserts as pgmq on a wider row and index."),
+    "outbox_pgmq_archive_drain100": (
+        "The archive is an insert of the whole event per ack (its row, its primary-key entry "
+        "and the BRIN summary of published_at): in 0.6.0's quiet run it took the drain from "
+        "45.6 µs of server CPU per event (archive off, 1.16 × pgmq) to 59.8 µs against "
+        "pgmq's 54.8 µs, whose delete keeps nothing (pgmq's own archive() is the same "
+        "delete-and-insert). What would close it: an ack that does not copy the event, e.g. "
+        "a claim that moves the event into a table kept with free space on its pages, where "
+        "the ack marks it published in place (a HOT update on its page; see "
+        "`outbox_pgmq_archive_wal`)."),
     "outbox_pgmq_mixed": (
         "Producers commit per event and drainers per batch on both sides: commit-bound on "
         "this machine's disk, as for `outbox_pgmq_stage1`; the statements' own cost is in "
