@@ -10,8 +10,8 @@
  * the database's OID as its argument.  It looks pg_idem up in the catalog
  * and exits at once where it is not installed; otherwise it runs each job
  * in batches of idem.cleanup_batch, one transaction per batch, so that no
- * pass holds locks or a snapshot for long, and exits.  An error in one job
- * is reported and the next job runs.
+ * pass holds locks or a snapshot for long, and exits.  An error in a job
+ * is reported: that job stops for the pass, the others go on.
  *
  * After a full batch it sleeps idem.cleanup_delay before the next one, as
  * autovacuum's cost delay paces a vacuum: a backlog cleaned back to back
@@ -152,7 +152,7 @@ job_function(const CleanupJob *job, Oid extension, Oid schema)
  * One batch of one job in its own transaction: rows deleted, or -1 when
  * pg_idem (or this job's function) is not installed in the database.
  */
-static int64
+static pg_noinline int64
 run_batch(const CleanupJob *job)
 {
 	Oid			extension;
@@ -229,7 +229,7 @@ pace(TimestampTz deadline)
 	}
 }
 
-/* run_batch's answer when the batch failed (reported; the job stops). */
+/* run_batch_reported's answer when the batch failed (reported; the job stops). */
 #define BATCH_FAILED (-2)
 
 /*
@@ -261,11 +261,38 @@ run_batch_reported(const CleanupJob *job, MemoryContext job_context)
 }
 
 /*
+ * pace(), with a query cancel during the sleep (pg_cancel_backend)
+ * reported and taken as the end of the pass's sleeping: the jobs still
+ * get their batch each, the worker goes on.  Not inlined, for the reason
+ * run_batch_reported gives.
+ */
+static pg_noinline bool
+pace_reported(TimestampTz deadline, MemoryContext job_context)
+{
+	volatile bool slept = false;
+
+	PG_TRY();
+	{
+		slept = pace(deadline);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(job_context);
+		EmitErrorReport();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	return slept;
+}
+
+/*
  * One pass's jobs, taking turns a batch each until every job's last batch
  * came back short (or failed, or reached MAX_BATCHES_PER_PASS), paced
- * after each full batch; the pass ends early when a sleep would end past
- * half of idem.cleanup_database_timeout.  False when pg_idem is not
- * installed in the database.
+ * after each full batch.  Once a sleep would end past half of
+ * idem.cleanup_database_timeout there are no more sleeps: each job that
+ * has not had a batch in this pass gets one, and the pass ends.  False
+ * when pg_idem is not installed in the database.  (No PG_TRY here: the
+ * two above keep this function's locals out of a longjmp's way.)
  */
 static bool
 run_jobs(TimestampTz pass_start, MemoryContext job_context)
@@ -274,6 +301,7 @@ run_jobs(TimestampTz pass_start, MemoryContext job_context)
 		(TimestampTz) idem_cleanup_database_timeout_s * USECS_PER_SEC / 2;
 	int			batches[lengthof(cleanup_jobs)] = {0};
 	bool		finished[lengthof(cleanup_jobs)] = {false};
+	bool		out_of_time = false;
 	bool		more = true;
 
 	while (more)
@@ -286,24 +314,32 @@ run_jobs(TimestampTz pass_start, MemoryContext job_context)
 			MemoryContext old;
 			int64		deleted;
 
-			if (finished[j])
+			if (finished[j] || (out_of_time && batches[j] > 0))
+			{
+				finished[j] = true;
 				continue;
+			}
 			reload_if_pending();
 			old = MemoryContextSwitchTo(job_context);
 			deleted = run_batch_reported(&cleanup_jobs[j], job_context);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(job_context);
+			batches[j]++;
 			/* The first job's function exists in every version: absent = not installed. */
 			if (deleted == -1 && j == 0)
 				return false;
-			if (deleted < idem_cleanup_batch || ++batches[j] == MAX_BATCHES_PER_PASS)
+			if (deleted < idem_cleanup_batch || batches[j] == MAX_BATCHES_PER_PASS)
 			{
 				finished[j] = true;
 				continue;
 			}
-			CHECK_FOR_INTERRUPTS();
-			if (!pace(pass_end))
-				return true;
+			/* A full batch: a sleep before its next one, if the pass has the time. */
+			if (out_of_time || !pace_reported(pass_end, job_context))
+			{
+				out_of_time = true;
+				finished[j] = true;
+				continue;
+			}
 			more = true;
 		}
 	}

@@ -3,7 +3,9 @@
 # SIGTERM ends it at once; sleeps never carry a pass past half of
 # idem.cleanup_database_timeout (no "skipped" WARNING for a paced pass);
 # the jobs take turns, so a job with nothing to do leaves the pass's time
-# to the keys; bad values are refused with the usual GUC errors.
+# to the keys, and each job gets a batch in every pass; a cancel ends the
+# sleeping, not the worker; bad values are refused with the usual GUC
+# errors.
 #
 # Nothing is timed tightly: each check counts batches (10 keys each)
 # against a 10 s delay, so a slow machine can only make the worker do
@@ -28,6 +30,7 @@ idem.cleanup_batch = 10
 idem.cleanup_delay = '10s'
 idem.ttl = '1s'
 idem.tombstone_ttl = 0
+idem.outbox_retention = '1s'
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_idem');
@@ -54,6 +57,17 @@ sub finished_keys
 }
 
 sub keys_left { return q1('SELECT count(*) FROM idem_keys'); }
+
+# $n published outbox events, past idem.outbox_retention on return.
+sub published_events
+{
+	my ($n) = @_;
+	q1(qq{SELECT count(idem_outbox_stage('t', '{}'::jsonb)) FROM generate_series(1, $n)});
+	q1(q{WITH c AS (SELECT * FROM idem_outbox_claim(1000, '30 s'))
+	     SELECT idem_outbox_ack((array_agg(claim_token))[1], array_agg(id)) FROM c});
+	sleep 2;
+}
+sub archived { return q1('SELECT count(*) FROM idem_outbox_archive'); }
 
 # Whether $sql returns t within $secs seconds.
 sub within
@@ -127,23 +141,30 @@ ok(within(60, "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'p
 # 4 s: a pass may sleep until 2 s after its start, so a 10 s sleep is
 # never begun: one batch per pass, then the next pass a second later; the
 # launcher never has to stop a worker.
+# The other jobs still get their batch in each pass: a backlog of keys
+# does not hold up the outbox's prune.
+published_events(30);
+is(archived(), '30', '30 published events past their retention');
 my $log_offset = -s $node->logfile;
 my $before = keys_left();
 reload_with(cleanup_database_timeout => '4s', cleanup_interval => '1s');
 ok(within(120, "SELECT count(*) <= $before - 40 FROM idem_keys"),
 	'timeout 4s, delay 10s: passes of one batch each go on');
+ok(within(60, 'SELECT count(*) = 0 FROM idem_outbox_archive'),
+	'the outbox is pruned beside them, a batch a pass');
+cmp_ok(keys_left(), '>', 0, 'while the keys are still being deleted');
 ok(!$node->log_contains('skipped: its worker did not finish', $log_offset),
 	'no pass was stopped by the launcher');
 reload_with(cleanup_database_timeout => '1d', cleanup_delay => '0');
 ok(within(60, 'SELECT count(*) = 0 FROM idem_keys'), 'the rest is deleted unpaced');
 
 ### 5. The jobs take turns: the keys have the pass's whole time to themselves.
-# Timeout 8 s: a pass may sleep until 4 s after its start.  With a 250 ms
-# delay that is about 16 batches of 10 keys; a share of a quarter per job
-# (0.6.0's first pacing) allowed 4.  A slow machine does fewer batches,
-# never more, so the bound below only fails if the keys get a share.
-reload_with(cleanup_interval => '1d', cleanup_delay => '250ms',
-	cleanup_database_timeout => '8s');
+# Timeout 24 s: a pass may sleep until 12 s after its start.  With a 2 s
+# delay that is about 6 batches of 10 keys; a share of a quarter per job
+# (0.6.0's first pacing) allowed 2.  Only batches slower than a second
+# would bring the new worker down to the old one's 2 batches.
+reload_with(cleanup_interval => '1d', cleanup_delay => '2s',
+	cleanup_database_timeout => '24s');
 ok(within(60, "SELECT count(*) = 0 $worker"), 'no pass runs');
 finished_keys('c', 300);
 $log_offset = -s $node->logfile;
@@ -154,13 +175,33 @@ reload_with(cleanup_interval => '1d');
 ok(within(60, "SELECT count(*) = 0 $worker"), 'the pass ends');
 my $deleted = 300 - keys_left();
 note("one pass deleted $deleted keys");
-cmp_ok($deleted, '>=', 80,
-	'one pass deleted at least 8 batches of keys: more than a quarter of its time allows');
+cmp_ok($deleted, '>=', 40,
+	'one pass deleted at least 4 batches of keys: more than a quarter of its time allows');
 cmp_ok($deleted, '<', 300, 'and stopped at half of the timeout, the rest left for the next');
 ok(!$node->log_contains('skipped: its worker did not finish', $log_offset),
 	'the launcher did not have to stop it');
-reload_with(cleanup_database_timeout => '1d', cleanup_delay => '0', cleanup_interval => '1s');
-ok(within(60, 'SELECT count(*) = 0 FROM idem_keys'), 'the next pass deletes the rest');
+
+### 5b. A cancel during a sleep ends the pass's sleeping, not the worker.
+# With a 10 s delay and a day's timeout the pass would sleep for minutes;
+# after the cancel it gives each job its batch and exits (0).
+reload_with(cleanup_delay => '10s', cleanup_database_timeout => '1d',
+	cleanup_interval => '1d');
+ok(within(60, "SELECT count(*) = 0 $worker"), 'no pass runs');
+$log_offset = -s $node->logfile;
+reload_with(cleanup_interval => '1s');
+ok(within(60, "SELECT count(*) = 1 AND bool_and(wait_event = 'Extension') $worker"),
+	'a pass sleeps after its first batch');
+reload_with(cleanup_interval => '1d');
+my $pid = q1("SELECT pid $worker");
+is(q1("SELECT pg_cancel_backend($pid)"), 't', 'the sleeping worker is sent a cancel');
+ok(within(60, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $pid"),
+	'it stops sleeping: the pass ends');
+ok($node->log_contains('canceling statement due to user request', $log_offset),
+	'the cancel is reported');
+ok(!$node->log_contains('pg_idem cleanup.*exited with exit code 1', $log_offset),
+	'the worker did not die of it');
+reload_with(cleanup_delay => '0', cleanup_interval => '1s');
+ok(within(60, 'SELECT count(*) = 0 FROM idem_keys'), 'the next passes delete the rest');
 
 ### 6. Bad values are refused with the usual errors; the range's ends are taken.
 for my $bad ([ "'-1'", qr/22023: -1 ms is outside the valid range for parameter "idem.cleanup_delay" \(0( ms)? \.\. 10000( ms)?\)/ ],
