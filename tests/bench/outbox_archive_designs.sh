@@ -43,7 +43,7 @@ base=$(head -1 "$ROWS" | cut -d'|' -f2)
 {
     echo "# The outbox's archive: what each design writes"
     echo
-    echo "Written by \`tests/bench/outbox_archive_designs.sh\` ($(date -u '+%Y-%m-%d'), $(q -c 'SHOW server_version'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)): one client stages 20000 events by 100, then claims and acks them by 100, in plain SQL on tables of idem_outbox_queue's shape ([sql/archive_designs.sql](../sql/archive_designs.sql)). Bytes of WAL per event; *× pgmq* is the life's WAL over pgmq's shape's (issue 35's target for the archive: ≤ 1.3)."
+    echo "Written by \`tests/bench/outbox_archive_designs.sh\` ($(date -u '+%Y-%m-%d'), $(q -c 'SHOW server_version'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)): one client stages 20000 events by 100, then claims and acks them by 100, in plain SQL on tables of idem_outbox_queue's shape (`tests/bench/sql/archive_designs.sql`). Bytes of WAL per event; *× pgmq* is the life's WAL over pgmq's shape's (issue 35's target for the archive: ≤ 1.3)."
     echo
     echo "| design | WAL per event, stage to ack | stage | drain | × pgmq | left unconsumed | kept as published |"
     echo "|---|---|---|---|---|---|---|"
