@@ -25,7 +25,11 @@ LANGUAGE sql AS $$
   SELECT payload FROM c ORDER BY id
 $$;
 
-CREATE TABLE public.ob_trg_log (seq serial, what text, payload jsonb, as_owner boolean);
+-- pid: the backend whose statement fired the trigger.  The cleanup worker's
+-- outbox prune is a DELETE statement too, and its statement triggers fire
+-- whenever a pass runs during the test: only this session's are the test's.
+CREATE TABLE public.ob_trg_log (seq serial, what text, payload jsonb, as_owner boolean,
+                                pid integer DEFAULT pg_catalog.pg_backend_pid());
 CREATE FUNCTION public.ob_trg_note() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 BEGIN
@@ -41,7 +45,7 @@ END $$;
 CREATE FUNCTION pg_temp.log() RETURNS TABLE (what text, payload jsonb, as_owner boolean)
 LANGUAGE sql AS $$
   WITH l AS (DELETE FROM public.ob_trg_log RETURNING *)
-  SELECT what, payload, as_owner FROM l ORDER BY seq
+  SELECT what, payload, as_owner FROM l WHERE pid = pg_catalog.pg_backend_pid() ORDER BY seq
 $$;
 
 SET ROLE ob_trg_client;
