@@ -76,8 +76,10 @@ def gap_entry(key):
         text += (f" Server CPU per request at {where}: pg_idem {a:.0f} µs, {NAMES[base]} "
                  f"{b:.0f} µs (pg_idem − base, paired by round: " +
                  (f"{d:+.0f} ± {noise:.0f} µs" if d is not None else "-") + f"); {limit:g} × "
-                 f"by CPU is ≤ {b / limit:.0f} µs per request, {a - b / limit:.0f} µs less than "
-                 "now.")
+                 f"by CPU is ≤ {b / limit:.0f} µs per request, " +
+                 (f"{a - b / limit:.0f} µs less than now." if a > b / limit else
+                  "which pg_idem's meets: by CPU the target is met, the miss is the "
+                  "throughput's."))
     return text + " " + why(key)
 
 

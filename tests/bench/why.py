@@ -46,15 +46,31 @@ WHY = {
         "skipped per row without its WHEN evaluation and the old row's fetch), e.g. a "
         "separate table for idem_begin's claims."),
     "cycle_plpgsql_headline": (
-        "By server CPU per request the headline cell is 1.52 × PL/pgSQL (0.6.0's quiet "
-        "medium run): pg_idem runs the protocol without an executor per statement, where "
-        "PL/pgSQL runs each through SPI (results.md's cycle section, probes paired round by "
-        "round). With `synchronous_commit = on` both variants wait for two WAL flushes per "
-        "request, a time neither controls, so the throughput ratio is pulled towards 1: the "
-        "same run measured 1.27 × at 4 clients and 1.34 × and 1.64 × at 1 and 16 clients "
-        "with commits not waiting (sync off). What would close it by throughput: nothing on "
-        "the CPU side is left to PL/pgSQL's share; the two commits are the lease protocol's "
-        "(in-transaction mode has one)."),
+        "By server CPU per request the headline cell is 1.37–1.52 × PL/pgSQL (0.6.0's two "
+        "quiet medium runs, 169b036 and c1893f2): pg_idem runs the protocol without an "
+        "executor per statement, where PL/pgSQL runs each through SPI (results.md's cycle "
+        "section, probes paired round by round). With `synchronous_commit = on` both "
+        "variants wait for two WAL flushes per request, a time neither controls, so the "
+        "throughput ratio is pulled towards 1: with commits not waiting (sync off) the same "
+        "runs measured 1.27 and 1.59 × at 4 clients, 1.34 and 1.72 × at 1 and 1.64 and "
+        "1.43 × at 16. What would close it by throughput: nothing on the CPU side is left to "
+        "PL/pgSQL's share; the two commits are the lease protocol's (in-transaction mode "
+        "has one)."),
+    "renew_minimal": (
+        "A renew is one primary-key update of a pending key's lease either way, HOT on both "
+        "tables; pg_idem's is `SELECT idem_renew(...)`, a function call that finds the key, "
+        "checks the caller's claim id against the row (the bare UPDATE checks nothing) and "
+        "updates the lease in place. At 4 clients with `synchronous_commit = on` every "
+        "request waits for a WAL flush and the cell's rounds spread by 30–50 %: 1.04 × in "
+        "0.6.0's first quiet medium run (169b036), 0.84 × in the second (c1893f2), whose "
+        "rounds gave 0.84, 0.84 and 0.96 × and whose CPU difference paired by round was not "
+        "resolved (+18 ± 19 µs). An interleaved probe without flushes on that run's kept "
+        "cluster (1 client, `synchronous_commit = off`, 4 rounds of 5 s of the same pgbench "
+        "scripts) gave 0.95, 0.87, 0.88 and 1.10 × (median 0.92): about 4 µs per request "
+        "over the bare UPDATE's 62, the function call and its owner check; idem_keys' "
+        "in-transaction trigger disabled changed nothing measurable (0.95–1.08 × pg_idem "
+        "with it). What would close it: nothing that keeps the owner check; a renew that "
+        "did not compare the claim id would let a stale winner extend a lease it lost."),
     "outbox_stage1": (
         "Staging is a direct insert now (no executor per event; `direct_table.c`); by server "
         "CPU per event it is within 2 µs (4 %) of the floor's bare `INSERT`, and the "
