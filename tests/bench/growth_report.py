@@ -137,8 +137,8 @@ def pacing_section(rows, lines):
                  "quiet p99, median of the rounds (lowest and highest). *keys/s*: what the "
                  "worker deleted over the phase, passes and the launcher's second between them "
                  "included (issue 35's target: p99 / quiet <= 1.5 at 1 M and 10 M keys at "
-                 "the default delay, 200 ms; `make bench MODE=full`, or `PACING_SIZES`, "
-                 "measures 10 M).\n")
+                 "the default delay, 200 ms; `make bench MODE=medium` and `MODE=full` "
+                 "measure 10 M, or `PACING_SIZES`).\n")
     lines.append("| keys | idem.cleanup_delay | rounds | tps | p50 ms | p99 ms | p99 / quiet "
                  "| cleanup keys/s |")
     lines.append("|---|---|---|---|---|---|---|---|")

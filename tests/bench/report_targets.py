@@ -2,11 +2,13 @@
 cells report_runs.py loaded: judge() fills the containers below in place;
 report.py prints them as the page's table and report_why.py explains the
 missed ones."""
+import csv
 import os
 import re
 from collections import defaultdict
 
 import outbox_report  # tests/bench/outbox_report.py: the outbox targets
+from why import why  # tests/bench/why.py: the measured causes of misses
 from report_runs import (CYCLE_POINTS, NAMES, agg, cell, cpu_ratio, fmt, get, median, ratio,
                          read_kv, span, steady, steady_verdict)
 
@@ -16,6 +18,8 @@ wakeup = {}                         # wake-up mode -> latency percentiles (C++ c
 client_cycle = defaultdict(dict)    # round -> mode -> requests/s (C++ client)
 verdicts = {}                       # steady phase name -> steady_verdict()
 outbox_gaps = []                    # by how much each missed outbox target was missed
+pacing_gaps = []                    # the same for the cleanup's pacing (growth.sh)
+PACING_VS_QUIET, PACING_SIZES = 1.5, (1000000, 10000000)
 LABEL = {"worker": "cleanup worker", "cleanup": "idem_cleanup 5 times a second"}
 
 
@@ -70,10 +74,45 @@ def hot_target(key, title, prefixes):
     GAPS[key] = (title, None, None, None, None, (hot, upd), 100, "hot")
 
 
-def judge(work, outbox_dir):
+def pacing_target(pacing_csv, default_ms):
+    """Issue 35's: the claims' p99 while the cleanup worker deletes a backlog
+    at the default idem.cleanup_delay, over the same round's quiet p99
+    (median of the rounds), at 1 M and 10 M keys; growth.sh's pacing part
+    measured it in this run (raw/growth/pacing.csv)."""
+    title = (f"claim p99 during the worker's cleanup ≤ {PACING_VS_QUIET:g} × quiet "
+             f"(idem.cleanup_delay {default_ms or '?'} ms, the default; 1 M and 10 M keys)")
+    rows = list(csv.DictReader(open(pacing_csv))) if os.path.exists(pacing_csv) else []
+    quiet = {(r["keys"], r["round"]): int(r["p99_us"]) for r in rows if r["delay_ms"] == "quiet"}
+    found, parts = {}, []
+    for n in PACING_SIZES:
+        rs = [r for r in rows if int(r["keys"]) == n and r["delay_ms"] == default_ms]
+        ratios = [int(r["p99_us"]) / quiet[(r["keys"], r["round"])] for r in rs
+                  if quiet.get((r["keys"], r["round"]))]
+        if not ratios:
+            parts.append(f"{n // 1000000} M keys not measured")
+            continue
+        found[n] = median(ratios)
+        q = median([v for (k, _), v in quiet.items() if int(k) == n]) / 1000
+        parts.append(f"{n // 1000000} M keys {found[n]:.2f} ({min(ratios):.2f}–{max(ratios):.2f}; "
+                     f"p99 {median([int(r['p99_us']) for r in rs]) / 1000:.2f} ms against "
+                     f"{q:.2f} quiet, {median([int(r['cleanup_keys_per_s']) for r in rs]):,.0f} "
+                     "keys/s)")
+    ok = (None if len(found) < len(PACING_SIZES) else
+          all(r <= PACING_VS_QUIET for r in found.values()))
+    add_target("cleanup_pacing", title, "; ".join(parts) if rows else
+               "not measured: the growth section's pacing part did not run", ok)
+    if ok is False:
+        worst = max(found, key=found.get)
+        pacing_gaps.append(f"**{title}**: {found[worst]:.2f} × at {worst // 1000000} M keys, "
+                           f"over the bound by {100 * (found[worst] / PACING_VS_QUIET - 1):.0f} %. "
+                           + why("cleanup_pacing"))
+
+
+def judge(work, outbox_dir, growth_dir):
     """Judge every target of the run in work/ (the outbox's from the CSVs
-    outbox.sh left in outbox_dir); returns the number of issue 13's rows and
-    the outbox's retention cost (a paragraph, or "")."""
+    outbox.sh left in outbox_dir, the cleanup's pacing from growth.sh's in
+    growth_dir); returns the number of issue 13's rows and the outbox's
+    retention cost (a paragraph, or "")."""
     features = read_kv(os.path.join(work, "info", "features.txt"))
 
     def read_text(*path):
@@ -192,4 +231,7 @@ def judge(work, outbox_dir):
     elif features.get("outbox") == "t":
         targets.append(("outbox targets (issue 13)", "not measured: tests/bench/outbox.sh did not "
                         "finish in this run", "n/a"))
+    if features.get("worker") == "t":
+        pacing_target(os.path.join(growth_dir, "pacing.csv"),
+                      features.get("cleanup_delay_default"))
     return issue13_targets, outbox_cost

@@ -71,6 +71,19 @@ WHY = {
         "in-transaction trigger disabled changed nothing measurable (0.95–1.08 × pg_idem "
         "with it). What would close it: nothing that keeps the owner check; a renew that "
         "did not compare the claim id would let a stale winner extend a lease it lost."),
+    "cleanup_pacing": (
+        "Measured in the two runs that paced the cleanup at 10 M keys on the worker that "
+        "ships (cbfc8f9, and c1893f2's medium run): at the default 200 ms the claims' p99 "
+        "during the cleanup was 8.8 and 8.5 ms, the same; the quiet p99 it is divided by "
+        "was 7.0 and 4.8 ms, and the ratios 1.20 and 1.77 ×. The paced cleanup adds about "
+        "4 ms to the claims' p99 at 10 M keys whatever the machine's load: 1.2 × a noisy "
+        "baseline, 1.8 × a quiet one (at 1 M keys it added 0–1 ms: 0.87 and 1.34 ×). Over "
+        "the five runs that paced it, 200 ms met the bound in six of seven measurements and "
+        "100 ms in five of eight (docs/benchmarks.md). Not measured yet: what one batch of "
+        "1000 deletes at 10 M keys costs the claims it overlaps; a p99 sees any cost that "
+        "lands on more than 1 % of the claims, and a batch every 200 ms does. What might "
+        "close it: smaller batches (`idem.cleanup_batch`) with a shorter delay, the same "
+        "keys/s in shorter bursts, which growth.sh does not vary yet."),
     "outbox_stage1": (
         "Staging is a direct insert now (no executor per event; `direct_table.c`); by server "
         "CPU per event it is within 2 µs (4 %) of the floor's bare `INSERT`, and the "
