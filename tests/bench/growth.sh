@@ -275,7 +275,9 @@ fi
 # (bench.growth_refill), its dead rows vacuumed away and the buffers
 # written out (CHECKPOINT), so that no phase pays for the last one's
 # writes (the first run had the quiet phase after a refill slowest).  The worker's
-# keys/s is idem_stats' cleanup_deleted over the phase.
+# keys/s is idem_stats' cleanup_deleted over the phase.  A phase DELAY:BATCH
+# also sets idem.cleanup_batch (e.g. PACING_DELAYS="200 20:100": the same
+# keys/s in bursts a tenth the size), reset after the phase.
 if measured pacing; then
 PACING_SIZES=${PACING_SIZES:-$PACE_SIZES}
 PACING_DELAYS=${PACING_DELAYS:-$PACE_DELAYS}
@@ -284,16 +286,19 @@ PACING_ROUNDS=${PACING_ROUNDS:-$ROUNDS}
 say "pacing: the claims while the worker cleans at idem.cleanup_delay $PACING_DELAYS ms ($PACING_SIZES keys, $PACING_ROUNDS rounds x ${PACING_SECS}s)"
 echo "keys,round,delay_ms,tps,p50_us,p99_us,deleted,cleanup_keys_per_s" >"$OUT/pacing.csv"
 deleted_so_far() { q -c "SELECT value FROM idem_stats WHERE counter = 'cleanup_deleted'"; }
-pacing_phase() {   # KEYS ROUND DELAY_MS|quiet
-    local n=$1 round=$2 delay=$3 d0 d1 t0 t1 result
+pacing_phase() {   # KEYS ROUND DELAY_MS[:BATCH]|quiet
+    local n=$1 round=$2 delay=$3 d0 d1 t0 t1 result batch=
     d0=$(deleted_so_far)
+    case $delay in *:*) batch=${delay#*:} ;; esac
+    [ -z "$batch" ] || q -c "ALTER SYSTEM SET idem.cleanup_batch = $batch" >/dev/null
     [ "$delay" = quiet ] ||
-        q -c "ALTER SYSTEM SET idem.cleanup_delay = '${delay}ms'" \
+        q -c "ALTER SYSTEM SET idem.cleanup_delay = '${delay%%:*}ms'" \
           -c "ALTER SYSTEM SET idem.cleanup_worker = on" -c "SELECT pg_reload_conf()" >/dev/null
     t0=$(date +%s.%N)
     result=$(pgbench_run 4 "$PACING_SECS" cycle-pg_idem)
     if [ "$delay" != quiet ]; then
-        q -c "ALTER SYSTEM SET idem.cleanup_worker = off" -c "SELECT pg_reload_conf()" \
+        q -c "ALTER SYSTEM SET idem.cleanup_worker = off" -c "ALTER SYSTEM RESET idem.cleanup_batch" \
+          -c "SELECT pg_reload_conf()" \
           -c "SELECT pg_terminate_backend(pid, 60000) FROM pg_stat_activity
                WHERE backend_type = 'pg_idem cleanup'" >/dev/null
     fi

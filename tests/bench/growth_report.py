@@ -146,7 +146,9 @@ def pacing_section(rows, lines):
     cells = defaultdict(list)
     for r in rows:
         cells[(int(r["keys"]), r["delay_ms"])].append(r)
-    order = lambda k: (k[0], -1 if k[1] == "quiet" else int(k[1]))
+    # A phase is quiet, a delay in ms, or DELAY:BATCH (idem.cleanup_batch set too).
+    order = lambda k: (k[0], -1 if k[1] == "quiet" else int(k[1].split(":")[0]),
+                       int(k[1].split(":")[1]) if ":" in k[1] else 0)
     for (n, delay) in sorted(cells, key=order):
         rs = cells[(n, delay)]
         ratios = [int(r["p99_us"]) / quiet[(n, r["round"])] for r in rs
@@ -155,7 +157,9 @@ def pacing_section(rows, lines):
                if ratios else "")
         speed = (f"{statistics.median(int(r['cleanup_keys_per_s']) for r in rs):,}"
                  if delay != "quiet" else "")
-        label = "quiet (no worker)" if delay == "quiet" else f"{delay} ms"
+        label = ("quiet (no worker)" if delay == "quiet" else
+                 f"{delay.split(':')[0]} ms, batch {delay.split(':')[1]}" if ":" in delay else
+                 f"{delay} ms")
         lines.append(f"| {n:,} | {label} | {len(rs)} "
                      f"| {statistics.median(float(r['tps'] or 0) for r in rs):.0f} "
                      f"| {statistics.median(int(r['p50_us']) for r in rs) / 1000:.2f} "
