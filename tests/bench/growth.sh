@@ -281,6 +281,11 @@ fi
 if measured pacing; then
 PACING_SIZES=${PACING_SIZES:-$PACE_SIZES}
 PACING_DELAYS=${PACING_DELAYS:-$PACE_DELAYS}
+for d in $PACING_DELAYS; do
+    case $d in
+        *[!0-9:]* | :* | *: | *:*:*) echo "PACING_DELAYS: $d is not DELAY or DELAY:BATCH (ms)" >&2; exit 2 ;;
+    esac
+done
 PACING_SECS=${PACING_SECS:-$PILE_SECS}
 PACING_ROUNDS=${PACING_ROUNDS:-$ROUNDS}
 say "pacing: the claims while the worker cleans at idem.cleanup_delay $PACING_DELAYS ms ($PACING_SIZES keys, $PACING_ROUNDS rounds x ${PACING_SECS}s)"
@@ -321,6 +326,9 @@ for n in $PACING_SIZES; do
     done
     q -c "TRUNCATE idem_keys" >/dev/null
 done
+# This run's pacing, for make bench's targets table (run.sh passes GROWTH_COPY;
+# the results' raw/growth/ may still hold an earlier run's).
+[ -z "${GROWTH_COPY:-}" ] || { mkdir -p "$GROWTH_COPY" && cp "$OUT/pacing.csv" "$GROWTH_COPY/"; }
 q -c "ALTER SYSTEM RESET idem.cleanup_interval" -c "ALTER SYSTEM RESET idem.cleanup_delay" \
   -c "ALTER SYSTEM RESET idem.cleanup_worker" -c "SELECT pg_reload_conf()" >/dev/null
 fi

@@ -152,7 +152,7 @@ def pacing_section(rows, lines):
     for (n, delay) in sorted(cells, key=order):
         rs = cells[(n, delay)]
         ratios = [int(r["p99_us"]) / quiet[(n, r["round"])] for r in rs
-                  if delay != "quiet" and quiet.get((n, r["round"]))]
+                  if delay != "quiet" and int(r["p99_us"]) and quiet.get((n, r["round"]))]
         rel = (f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
                if ratios else "")
         speed = (f"{statistics.median(int(r['cleanup_keys_per_s']) for r in rs):,}"
