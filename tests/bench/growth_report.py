@@ -23,10 +23,26 @@ TITLES = {"cycle": "new-key cycle (/ minimal floor's INSERT+UPDATE)",
 
 
 def read(path):
+    """A CSV's rows; none for a missing file, and no row a cut-off line left short."""
     if not os.path.exists(path):
         return []
     with open(path) as f:
-        return list(csv.DictReader(f))
+        return [r for r in csv.DictReader(f) if None not in r.values()]
+
+
+def pacing_judged(rows):
+    """pacing.csv's phases that can be judged, by (keys, phase): each as
+    (row, its p99 over its own round's quiet p99, that quiet p99 in µs).  A
+    round counts when both phases ran (a failed pgbench run records p99 0).
+    The page's pacing section and make bench's targets table both read it."""
+    quiet = {(r["keys"], r["round"]): int(r["p99_us"]) for r in rows
+             if r["delay_ms"] == "quiet" and int(r["p99_us"]) > 0}
+    judged = defaultdict(list)
+    for r in rows:
+        q = quiet.get((r["keys"], r["round"]))
+        if r["delay_ms"] != "quiet" and int(r["p99_us"]) > 0 and q:
+            judged[(int(r["keys"]), r["delay_ms"])].append((r, int(r["p99_us"]) / q, q))
+    return judged
 
 
 def pct(values, p):
@@ -142,7 +158,7 @@ def pacing_section(rows, lines):
     lines.append("| keys | idem.cleanup_delay | rounds | tps | p50 ms | p99 ms | p99 / quiet "
                  "| cleanup keys/s |")
     lines.append("|---|---|---|---|---|---|---|---|")
-    quiet = {(int(r["keys"]), r["round"]): int(r["p99_us"]) for r in rows if r["delay_ms"] == "quiet"}
+    judged = pacing_judged(rows)
     cells = defaultdict(list)
     for r in rows:
         cells[(int(r["keys"]), r["delay_ms"])].append(r)
@@ -151,8 +167,7 @@ def pacing_section(rows, lines):
                        int(k[1].split(":")[1]) if ":" in k[1] else 0)
     for (n, delay) in sorted(cells, key=order):
         rs = cells[(n, delay)]
-        ratios = [int(r["p99_us"]) / quiet[(n, r["round"])] for r in rs
-                  if delay != "quiet" and int(r["p99_us"]) and quiet.get((n, r["round"]))]
+        ratios = [ratio for _, ratio, _ in judged.get((n, delay), [])]
         rel = (f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})"
                if ratios else "")
         speed = (f"{statistics.median(int(r['cleanup_keys_per_s']) for r in rs):,}"

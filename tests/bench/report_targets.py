@@ -2,11 +2,11 @@
 cells report_runs.py loaded: judge() fills the containers below in place;
 report.py prints them as the page's table and report_why.py explains the
 missed ones."""
-import csv
 import os
 import re
 from collections import defaultdict
 
+import growth_report  # tests/bench/growth_report.py: the pacing phases it judges too
 import outbox_report  # tests/bench/outbox_report.py: the outbox targets
 from why import why  # tests/bench/why.py: the measured causes of misses
 from report_runs import (CYCLE_POINTS, NAMES, agg, cell, cpu_ratio, fmt, get, median, ratio,
@@ -88,20 +88,17 @@ def pacing_target(pacing_csv, default_ms):
         add_target("cleanup_pacing", title, "not judged: the build's default "
                    "idem.cleanup_delay was not recorded (features.txt)", None)
         return
-    rows = ([r for r in csv.DictReader(open(pacing_csv)) if None not in r.values()]
-            if os.path.exists(pacing_csv) else [])
-    quiet = {(r["keys"], r["round"]): int(r["p99_us"]) for r in rows
-             if r["delay_ms"] == "quiet" and int(r["p99_us"]) > 0}
+    rows = growth_report.read(pacing_csv)
+    judged = growth_report.pacing_judged(rows)
     found, parts = {}, []
     for n in PACING_SIZES:
-        rs = [r for r in rows if int(r["keys"]) == n and r["delay_ms"] == default_ms
-              and int(r["p99_us"]) > 0 and (r["keys"], r["round"]) in quiet]
-        ratios = [int(r["p99_us"]) / quiet[(r["keys"], r["round"])] for r in rs]
-        if not ratios:
+        phases = judged.get((n, default_ms), [])
+        if not phases:
             parts.append(f"{n // 1000000} M keys not measured")
             continue
+        rs, ratios = [r for r, _, _ in phases], [ratio for _, ratio, _ in phases]
         found[n] = median(ratios)
-        q = median([quiet[(r["keys"], r["round"])] for r in rs]) / 1000
+        q = median([quiet for _, _, quiet in phases]) / 1000
         parts.append(f"{n // 1000000} M keys {found[n]:.2f} ({min(ratios):.2f}–{max(ratios):.2f}; "
                      f"p99 {median([int(r['p99_us']) for r in rs]) / 1000:.2f} ms against "
                      f"{q:.2f} quiet, {median([int(r['cleanup_keys_per_s']) for r in rs]):,.0f} "
