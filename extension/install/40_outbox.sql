@@ -2,14 +2,21 @@
 -- published by drainers that claim them in batches under a fenced lease.
 --
 -- Three relations:
---  * idem_outbox_queue, the hot table: events waiting, leased, backing off
---    or dead.  Small whatever the history: an ack moves the event out.
---  * idem_outbox_archive: published events, kept for idem.outbox_retention
---    (insert-only; the ack's DELETE + INSERT never rewrites a queue row's
---    index entries, and vacuum of the queue stays cheap).  With
+--  * idem_outbox_queue: events never claimed yet.  Insert-only for
+--    stagers and delete-only for claims, packed full (fillfactor 100):
+--    staging is the producers' hot path, inside their own transactions.
+--  * idem_outbox_claimed: events a claim has taken at least once, moved
+--    there by their first claim: leased, backing off, dead, and (for
+--    idem.outbox_retention) published.  Half of each page is kept free
+--    (fillfactor 50), so the ack's "published" and the nack's backoff are
+--    updates on the row's own page, whose WAL record carries the changed
+--    bytes only, never a second copy of the event.  With
 --    idem.outbox_archive = off an ack deletes the event outright.
 --  * idem_outbox, a view of both with 0.2.0's columns (plus scope), which
 --    admins read and tests may edit by hand (INSTEAD OF triggers).
+-- An event is in exactly one of the two tables (ids are unique across
+-- both); per event the outbox writes the event twice, as pgmq's queue
+-- does: once staged, once claimed (docs/benchmarks.md#the-outbox).
 
 -- An event's id orders it: per-key order is id order.  An explicit
 -- sequence (not an identity) so that pg_dump keeps its position.
@@ -34,23 +41,24 @@ CREATE TABLE idem_outbox_queue (
     scope         regrole     NOT NULL DEFAULT 0,
     CONSTRAINT idem_outbox_pkey PRIMARY KEY (id)
 );
--- Default fillfactor (100) on purpose: with room kept on each page (40 %)
--- the claim's rewrite of an event stays on its page and logs only the
--- changed bytes (WAL per consumed event 0.75 x pgmq's instead of 1.05 x),
--- but staging by 4 clients on PostgreSQL 15 ran at 0.57 x (measured,
--- docs/benchmarks.md#the-outbox): staging is the producers' hot path,
--- inside their own transactions.
+-- Default fillfactor (100) on purpose: staging by 4 clients on
+-- PostgreSQL 15 ran at 0.57 x with room kept on each page (measured,
+-- docs/benchmarks.md#the-outbox), and no row of the queue is ever
+-- updated (its first claim moves it to idem_outbox_claimed), so free room
+-- would buy nothing here.
 -- No CHECK constraints: PostgreSQL rebuilds them from their stored text
 -- in every executor, and every stage is an executor of its own (the seven
 -- of 0.2.0 cost more than half of a stage's CPU).  The functions are the
--- table's only writers and enforce what they said: topic 1 .. 255 bytes,
+-- tables' only writers and enforce what they said: topic 1 .. 255 bytes,
 -- exactly one of payload / payload_bytes, key_hash = SHA-256(message_key),
--- state pending or dead with dead_at set exactly for dead, attempts
--- counted up from 0.  (Hand edits through idem_outbox are not checked.)
+-- in the queue state pending and attempts 0; in idem_outbox_claimed
+-- state pending, dead (dead_at set exactly for dead) or published
+-- (published_at set exactly for published), attempts counted up from 1.
+-- (Hand edits through idem_outbox are not checked.)
 ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox_queue.id;
 
 COMMENT ON TABLE idem_outbox_queue IS
-    'pg_idem: outbox events not yet published (and dead ones); written only through the idem_outbox_* functions';
+    'pg_idem: outbox events never claimed yet (a claim moves them to idem_outbox_claimed); written only through the idem_outbox_* functions';
 COMMENT ON COLUMN idem_outbox_queue.available_at IS
     'when the event can next be claimed: staging delay, nack backoff, or the end of the current lease';
 COMMENT ON COLUMN idem_outbox_queue.attempts IS
@@ -89,7 +97,7 @@ INSERT INTO idem_outbox_key_slots (slot) SELECT pg_catalog.generate_series(0, 16
 COMMENT ON TABLE idem_outbox_key_slots IS
     'pg_idem: rows a stager of a keyed outbox event locks until its commit, so that a key''s ids follow commit order (never written)';
 
-CREATE TABLE idem_outbox_archive (
+CREATE TABLE idem_outbox_claimed (
     id            bigint      NOT NULL,
     topic         text        NOT NULL,
     message_key   text,
@@ -97,25 +105,38 @@ CREATE TABLE idem_outbox_archive (
     payload       jsonb,
     payload_bytes bytea,
     headers       jsonb,
+    state         text        NOT NULL,
     attempts      integer     NOT NULL,
     last_error    text,
     available_at  timestamptz NOT NULL,
     claim_token   uuid,
     created_at    timestamptz NOT NULL,
-    published_at  timestamptz NOT NULL,
+    published_at  timestamptz,
+    dead_at       timestamptz,
     scope         regrole     NOT NULL,
-    CONSTRAINT idem_outbox_archive_pkey PRIMARY KEY (id)
-);
-COMMENT ON TABLE idem_outbox_archive IS
-    'pg_idem: published outbox events, kept for idem.outbox_retention (insert-only)';
--- (No state column: every row is published, which lets a query of
--- idem_outbox for another state skip the archive.)
--- The prune's range scan: rows arrive in published_at order.
-CREATE INDEX idem_outbox_archive_published_at ON idem_outbox_archive
+    CONSTRAINT idem_outbox_claimed_pkey PRIMARY KEY (id)
+) WITH (fillfactor = 50);
+-- The queue's columns in the queue's order: a claim moves a row across
+-- as it is, with its lease.  Fillfactor 50, measured: the ack's update
+-- stays on the page and writes 861 B per event's drain, against 1073 B at
+-- 70 and 1254 B at 100, where it writes the row again on another page
+-- (tests/bench/results/outbox_archive_designs.md).
+COMMENT ON TABLE idem_outbox_claimed IS
+    'pg_idem: outbox events claimed at least once: leased, backing off, dead, or published (kept for idem.outbox_retention); written only through the idem_outbox_* functions';
+COMMENT ON COLUMN idem_outbox_claimed.state IS
+    'pending (leased or backing off: available_at says until when), dead (attempts used up) or published';
+-- The claim's second source, and the per-key order probe's: as the
+-- queue's, for events that came back (an expired lease, a nack's backoff).
+CREATE INDEX idem_outbox_claimed_claimable ON idem_outbox_claimed (scope, available_at, id)
+    WHERE state = 'pending';
+CREATE INDEX idem_outbox_claimed_key_order ON idem_outbox_claimed (key_hash, id)
+    WHERE state = 'pending' AND key_hash IS NOT NULL;
+-- The prune's range scan: events are published in about published_at order.
+CREATE INDEX idem_outbox_claimed_published_at ON idem_outbox_claimed
     USING brin (published_at);
 
 SELECT pg_catalog.pg_extension_config_dump('idem_outbox_queue', '');
-SELECT pg_catalog.pg_extension_config_dump('idem_outbox_archive', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_outbox_claimed', '');
 SELECT pg_catalog.pg_extension_config_dump('idem_outbox_id_seq', '');
 
 CREATE VIEW idem_outbox AS
@@ -124,12 +145,12 @@ SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
        dead_at, scope
   FROM idem_outbox_queue
 UNION ALL
-SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers,
-       'published'::text, attempts, last_error, available_at, claim_token, created_at,
-       published_at, NULL::timestamptz, scope
-  FROM idem_outbox_archive;
+SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
+       attempts, last_error, available_at, claim_token, created_at, published_at,
+       dead_at, scope
+  FROM idem_outbox_claimed;
 COMMENT ON VIEW idem_outbox IS
-    'pg_idem: every outbox event, queued or archived (the idem_outbox table of 0.2.0)';
+    'pg_idem: every outbox event, never claimed or claimed (the idem_outbox table of 0.2.0)';
 
 -- Hand edits through the view land where the row is.  The extension never
 -- writes through it; its callers need the privileges on the tables.
@@ -191,7 +212,7 @@ RETURNS integer
 AS 'MODULE_PATHNAME', 'idem_outbox_ack'
 LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION idem_outbox_ack(uuid, bigint[]) IS
-    'publish the events among ids that the claim still holds (archived, or deleted); returns how many';
+    'publish the events among ids that the claim still holds (marked published, or deleted); returns how many';
 
 CREATE TYPE idem_outbox_nack_result AS (
     outcome     text,
