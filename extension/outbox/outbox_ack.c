@@ -9,15 +9,14 @@
  * a re-claim replaces the token, so a drainer whose lease expired and
  * whose rows were taken over changes nothing.
  *
- * An ack moves the event out of the queue into idem_outbox_archive (or
- * deletes it, idem.outbox_archive = off): a delete and an insert-only
- * append, so the queue's rows and index entries are never rewritten to
- * say "published" and the queue stays as small as the backlog.  What that
- * writes per event is the least the design allows: the queue row's delete
- * (a small WAL record: the row's place and its xmax; its index entries are
- * left to VACUUM), and with the archive the archived row and its primary
- * key entry.  A nack rewrites the row: a new version with the backoff as
- * available_at, and its index entries.
+ * Both act on idem_outbox_claimed, where the event's first claim moved it
+ * (on 0.5.0's tables, in the queue: outbox_queue.c).  An ack marks the
+ * event published in place (or deletes it, idem.outbox_archive = off):
+ * the table keeps half of each page free, so the new version goes on the
+ * row's own page and its WAL record carries the changed bytes, not a
+ * second copy of the event; its entry in the claimable index is left to
+ * VACUUM.  A nack rewrites the row the same way: the backoff as
+ * available_at, the error, no token.
  *
  * Both run on the direct path (table/direct_table.c), row by row as their
  * SQL forms (0.4.0's) did: each id is probed in the primary key with the
@@ -51,10 +50,10 @@
 PG_FUNCTION_INFO_V1(idem_outbox_ack);
 PG_FUNCTION_INFO_V1(idem_outbox_nack);
 
-/* The call's view of the queue: the open table and a row's columns. */
+/* The call's view of the claimed events: the open table and a row's columns. */
 typedef struct Drain
 {
-	DirectTable *queue;
+	DirectTable *claimed;
 	Oid			scope;
 	pg_uuid_t  *token;
 	bool		fresh;			/* the next read takes a new snapshot */
@@ -63,38 +62,41 @@ typedef struct Drain
 	HeapTuple	row;			/* the row read last, deformed into values */
 } Drain;
 
-#define COLUMN(drain, c) ((drain)->values[direct_attnum((drain)->queue, (c)) - 1])
-#define IS_NULL(drain, c) ((drain)->nulls[direct_attnum((drain)->queue, (c)) - 1])
+#define COLUMN(drain, c) ((drain)->values[direct_attnum((drain)->claimed, (c)) - 1])
+#define IS_NULL(drain, c) ((drain)->nulls[direct_attnum((drain)->claimed, (c)) - 1])
 
 static void
 drain_open(Drain *drain, FunctionCallInfo fcinfo, Oid namespace)
 {
 	/* The caller's scope: before the open, which acts as the table's owner. */
 	drain->scope = idem_current_scope();
-	drain->queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
+	drain->claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
+	if (drain->claimed == NULL)
+		drain->claimed = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
 	drain->token = PG_GETARG_UUID_P(0);
 	drain->fresh = true;
-	drain->values = palloc(sizeof(Datum) * direct_natts(drain->queue));
-	drain->nulls = palloc(sizeof(bool) * direct_natts(drain->queue));
+	drain->values = palloc(sizeof(Datum) * direct_natts(drain->claimed));
+	drain->nulls = palloc(sizeof(bool) * direct_natts(drain->claimed));
 	drain->row = NULL;
 }
 
 /*
  * Read the event with this id and check that the call's claim holds it:
- * its token, not dead, and the caller's scope or the shared one.
+ * its token, pending (a published event keeps its token: a second ack of
+ * it is stale), and the caller's scope or the shared one.
  */
 static bool
 read_held(Drain *drain, Datum id)
 {
 	Oid			scope;
 
-	direct_scan_begin(drain->queue, 1, &id, drain->fresh);
+	direct_scan_begin(drain->claimed, 1, &id, drain->fresh);
 	drain->fresh = false;
-	drain->row = direct_scan_next(drain->queue);
-	direct_scan_end(drain->queue);
+	drain->row = direct_scan_next(drain->claimed);
+	direct_scan_end(drain->claimed);
 	if (drain->row == NULL)
 		return false;
-	direct_deform(drain->queue, drain->row, drain->values, drain->nulls);
+	direct_deform(drain->claimed, drain->row, drain->values, drain->nulls);
 	/*
 	 * A NULL state or scope (a DBA's hand edit, NOT NULL dropped) is held
 	 * by no claim: read as a value it crashed the backend, or gave the
@@ -103,39 +105,27 @@ read_held(Drain *drain, Datum id)
 	if (IS_NULL(drain, QUEUE_STATE) || IS_NULL(drain, QUEUE_SCOPE) ||
 		IS_NULL(drain, QUEUE_CLAIM_TOKEN) ||
 		memcmp(DatumGetUUIDP(COLUMN(drain, QUEUE_CLAIM_TOKEN)), drain->token, UUID_LEN) != 0 ||
-		idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), IDEM_OUTBOX_DEAD_NAME))
+		!idem_outbox_state_is(COLUMN(drain, QUEUE_STATE), IDEM_OUTBOX_PENDING_NAME))
 		return false;
 	scope = DatumGetObjectId(COLUMN(drain, QUEUE_SCOPE));
 	return scope == drain->scope || scope == IDEM_SHARED_SCOPE;
 }
 
-/* Append the event just deleted (drain->values) to the archive. */
-static void
-archive_event(Drain *drain, DirectTable *archive)
+/*
+ * Publish the event just read (drain->row): mark it published in place,
+ * or delete it when the archive is off.
+ */
+static DirectWrite
+publish(Drain *drain)
 {
-	static const struct
-	{
-		int			archive;
-		int			queue;
-	}			copied[] = {
-		{ARCHIVE_ID, QUEUE_ID}, {ARCHIVE_TOPIC, QUEUE_TOPIC},
-		{ARCHIVE_MESSAGE_KEY, QUEUE_MESSAGE_KEY}, {ARCHIVE_KEY_HASH, QUEUE_KEY_HASH},
-		{ARCHIVE_PAYLOAD, QUEUE_PAYLOAD}, {ARCHIVE_PAYLOAD_BYTES, QUEUE_PAYLOAD_BYTES},
-		{ARCHIVE_HEADERS, QUEUE_HEADERS}, {ARCHIVE_ATTEMPTS, QUEUE_ATTEMPTS},
-		{ARCHIVE_LAST_ERROR, QUEUE_LAST_ERROR}, {ARCHIVE_AVAILABLE_AT, QUEUE_AVAILABLE_AT},
-		{ARCHIVE_CLAIM_TOKEN, QUEUE_CLAIM_TOKEN}, {ARCHIVE_CREATED_AT, QUEUE_CREATED_AT},
-		{ARCHIVE_SCOPE, QUEUE_SCOPE},
-	};
-	ItemPointerData tid;
-	int			i;
+	ItemPointerData new_tid;
 
-	(void) direct_new_row(archive, NULL);
-	for (i = 0; i < (int) lengthof(copied); i++)
-		direct_set(archive, copied[i].archive, COLUMN(drain, copied[i].queue),
-				   IS_NULL(drain, copied[i].queue));
-	direct_set(archive, ARCHIVE_PUBLISHED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
-	/* A BEFORE INSERT trigger may skip the row, as it could the SQL INSERT. */
-	(void) direct_insert(archive, false, &tid);
+	if (!idem_outbox_archive)
+		return direct_delete(drain->claimed, &drain->row->t_self);
+	(void) direct_new_row(drain->claimed, drain->row);
+	direct_set(drain->claimed, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_PUBLISHED_NAME), false);
+	direct_set(drain->claimed, QUEUE_PUBLISHED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	return direct_update(drain->claimed, &drain->row->t_self, &new_tid);
 }
 
 /* qsort comparator for int64 ids. */
@@ -150,7 +140,8 @@ compare_ids(const void *a, const void *b)
 
 /*
  * idem_outbox_ack(token, ids): publish the events among ids that this
- * claim still holds (archive or delete them); returns how many.  A stale
+ * claim still holds (mark them published, or delete them); returns how
+ * many.  A stale
  * token acks nothing.
  */
 Datum
@@ -165,7 +156,6 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 	int			requested = 0;
 	int			acked = 0;
 	Drain		drain;
-	DirectTable *archive = NULL;
 
 	idem_require_arg(fcinfo, 0, "token");
 	idem_require_arg(fcinfo, 1, "ids");
@@ -188,8 +178,6 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 	qsort(sorted, n, sizeof(int64), compare_ids);
 
 	drain_open(&drain, fcinfo, namespace);
-	if (idem_outbox_archive)
-		archive = direct_open(&idem_outbox_archive_table, namespace, DIRECT_INSERT);
 	for (i = 0; i < n; i++)
 	{
 		Datum		id = Int64GetDatum(sorted[i]);
@@ -199,12 +187,8 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 		requested++;
 		while (read_held(&drain, id))
 		{
-			DirectWrite done = direct_delete(drain.queue, &drain.row->t_self);
-
-			if (done == DIRECT_WRITTEN)
+			if (publish(&drain) == DIRECT_WRITTEN)
 			{
-				if (archive != NULL)
-					archive_event(&drain, archive);
 				acked++;
 				break;
 			}
@@ -212,9 +196,7 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 			drain.fresh = true;
 		}
 	}
-	if (archive != NULL)
-		direct_close(archive);
-	direct_close(drain.queue);
+	direct_close(drain.claimed);
 
 	idem_count(IDEM_STAT_OUTBOX_ACKED, acked);
 	if (requested > acked)
@@ -273,18 +255,18 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		TimestampTz now = GetCurrentTimestamp();
 		ItemPointerData new_tid;
 
-		(void) direct_new_row(drain.queue, drain.row);
-		direct_set(drain.queue, QUEUE_LAST_ERROR, PG_GETARG_DATUM(2), false);
-		direct_set(drain.queue, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
+		(void) direct_new_row(drain.claimed, drain.row);
+		direct_set(drain.claimed, QUEUE_LAST_ERROR, PG_GETARG_DATUM(2), false);
+		direct_set(drain.claimed, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
 		if (is_dead)
 		{
-			direct_set(drain.queue, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
-			direct_set(drain.queue, QUEUE_DEAD_AT, TimestampTzGetDatum(now), false);
+			direct_set(drain.claimed, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
+			direct_set(drain.claimed, QUEUE_DEAD_AT, TimestampTzGetDatum(now), false);
 		}
 		else
-			direct_set(drain.queue, QUEUE_AVAILABLE_AT,
+			direct_set(drain.claimed, QUEUE_AVAILABLE_AT,
 					   TimestampTzGetDatum(idem_time_plus(now, backoff)), false);
-		if (direct_update(drain.queue, &drain.row->t_self, &new_tid) != DIRECT_WRITTEN)
+		if (direct_update(drain.claimed, &drain.row->t_self, &new_tid) != DIRECT_WRITTEN)
 		{
 			/* Changed first by a concurrent transaction: read its newest version. */
 			drain.fresh = true;
@@ -308,7 +290,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
 		break;
 	}
-	direct_close(drain.queue);
+	direct_close(drain.claimed);
 	if (outcome == IDEM_NACK_STALE)
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);
 

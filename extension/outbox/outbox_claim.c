@@ -90,11 +90,25 @@ typedef struct LeasedRow
 	HeapTuple	result;
 } LeasedRow;
 
+/*
+ * One of the two tables a claim takes events from, walked in claim order:
+ * its open scan of the claimable index and the row at the scan's head.
+ */
+typedef struct Source
+{
+	DirectTable *table;
+	DirectIndexScan *scan;
+	HeapTuple	head;			/* NULL: this source is done */
+	TimestampTz head_at;		/* the head's available_at and id, */
+	int64		head_id;		/* what the two sources merge by */
+} Source;
+
 /* One claim's state: what every row of it is checked against. */
 typedef struct Claim
 {
 	DirectTable *queue;
-	TimestampTz now;			/* once the queue is locked: the scan's bound */
+	DirectTable *claimed;		/* idem_outbox_claimed; the queue on 0.5.0's tables */
+	TimestampTz now;			/* once the tables are locked: the scan's bound */
 	TimestampTz leased_until;
 	Datum		token;
 	TupleDesc	result_desc;
@@ -107,14 +121,14 @@ typedef struct Claim
 	int64		dead;
 } Claim;
 
-#define COLUMN(claim, c) (direct_attnum((claim)->queue, (c)) - 1)
+#define COLUMN(table, c) (direct_attnum((table), (c)) - 1)
 
 /*
  * Does an event of this scope and key, earlier than id, still hold the
- * key (is it pending)?  As seen by the claim's snapshot.
+ * key (is it pending) in this table?  As seen by the claim's snapshot.
  */
 static bool
-key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
+key_held_in(Claim *claim, DirectTable *table, Datum key_hash, Datum id, Oid scope)
 {
 	DirectScanKey keys[2] = {
 		{0, BTEqualStrategyNumber, key_hash},
@@ -123,17 +137,17 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 	DirectIndexScan *scan;
 	HeapTuple	row;
 	bool		held = false;
-	Datum	   *values = palloc(sizeof(Datum) * direct_natts(claim->queue));
-	bool	   *nulls = palloc(sizeof(bool) * direct_natts(claim->queue));
+	Datum	   *values = palloc(sizeof(Datum) * direct_natts(table));
+	bool	   *nulls = palloc(sizeof(bool) * direct_natts(table));
 
-	scan = direct_index_scan_begin(claim->queue, QUEUE_INDEX_KEY_ORDER, 2, keys, false);
+	scan = direct_index_scan_begin(table, QUEUE_INDEX_KEY_ORDER, 2, keys, false);
 	while (!held && (row = direct_index_scan_next(scan)) != NULL)
 	{
-		direct_deform(claim->queue, row, values, nulls);
+		direct_deform(table, row, values, nulls);
 		/* NULLs (a DBA's hand edit, NOT NULL dropped) hold nothing. */
-		held = !nulls[COLUMN(claim, QUEUE_STATE)] && !nulls[COLUMN(claim, QUEUE_SCOPE)] &&
-			idem_outbox_state_is(values[COLUMN(claim, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) &&
-			DatumGetObjectId(values[COLUMN(claim, QUEUE_SCOPE)]) == scope;
+		held = !nulls[COLUMN(table, QUEUE_STATE)] && !nulls[COLUMN(table, QUEUE_SCOPE)] &&
+			idem_outbox_state_is(values[COLUMN(table, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) &&
+			DatumGetObjectId(values[COLUMN(table, QUEUE_SCOPE)]) == scope;
 		heap_freetuple(row);
 	}
 	direct_index_scan_end(scan);
@@ -143,70 +157,113 @@ key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
 }
 
 /*
+ * Does an earlier event of this scope and key still hold the key, in
+ * either table?  An event moves from the queue to idem_outbox_claimed in
+ * one transaction, and the claimed table's snapshot is taken after the
+ * queue's (claim_scope), so whichever snapshot misses it in one table
+ * sees it in the other.
+ */
+static bool
+key_held_before(Claim *claim, Datum key_hash, Datum id, Oid scope)
+{
+	return key_held_in(claim, claim->queue, key_hash, id, scope) ||
+		(claim->claimed != claim->queue &&
+		 key_held_in(claim, claim->claimed, key_hash, id, scope));
+}
+
+/*
  * Is this version of a row of the given scope claimable now?  A row with
  * a NULL state, due time or scope is not: the columns are NOT NULL, but a
  * DBA can drop that and edit rows by hand, and with an index of no
  * predicate (which is accepted) such a row reaches the claim (reading its
- * state crashed the backend).
+ * state crashed the backend).  Leaves the row deformed in claim->values.
  */
 static bool
-claimable(Claim *claim, HeapTuple row, Oid scope)
+claimable(Claim *claim, DirectTable *table, HeapTuple row, Oid scope)
 {
 	Datum	   *v = claim->values;
 	bool	   *n = claim->nulls;
 
-	direct_deform(claim->queue, row, v, n);
-	if (n[COLUMN(claim, QUEUE_STATE)] || n[COLUMN(claim, QUEUE_AVAILABLE_AT)] ||
-		n[COLUMN(claim, QUEUE_SCOPE)] ||
-		!idem_outbox_state_is(v[COLUMN(claim, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) ||
-		DatumGetTimestampTz(v[COLUMN(claim, QUEUE_AVAILABLE_AT)]) > claim->now ||
-		DatumGetObjectId(v[COLUMN(claim, QUEUE_SCOPE)]) != scope)
+	direct_deform(table, row, v, n);
+	if (n[COLUMN(table, QUEUE_STATE)] || n[COLUMN(table, QUEUE_AVAILABLE_AT)] ||
+		n[COLUMN(table, QUEUE_SCOPE)] || n[COLUMN(table, QUEUE_ATTEMPTS)] ||
+		!idem_outbox_state_is(v[COLUMN(table, QUEUE_STATE)], IDEM_OUTBOX_PENDING_NAME) ||
+		DatumGetTimestampTz(v[COLUMN(table, QUEUE_AVAILABLE_AT)]) > claim->now ||
+		DatumGetObjectId(v[COLUMN(table, QUEUE_SCOPE)]) != scope)
 		return false;
-	return n[COLUMN(claim, QUEUE_KEY_HASH)] ||
-		!key_held_before(claim, v[COLUMN(claim, QUEUE_KEY_HASH)], v[COLUMN(claim, QUEUE_ID)], scope);
+	return n[COLUMN(table, QUEUE_KEY_HASH)] ||
+		!key_held_before(claim, v[COLUMN(table, QUEUE_KEY_HASH)], v[COLUMN(table, QUEUE_ID)], scope);
+}
+
+/*
+ * The new version of a taken event, in the table it will be in: the
+ * claimed table's row for an event of the queue (every column copied:
+ * the claim moves it), or the same row's next version.  claim->values
+ * holds the locked row, deformed (claimable's last call).
+ */
+static TupleTableSlot *
+next_version(Claim *claim, DirectTable *from, HeapTuple row)
+{
+	TupleTableSlot *slot;
+	int			c;
+
+	if (from == claim->claimed)
+		return direct_new_row(from, row);
+	slot = direct_new_row(claim->claimed, NULL);
+	for (c = 0; c < QUEUE_NCOLUMNS; c++)
+		direct_set(claim->claimed, c, claim->values[COLUMN(from, c)],
+				   claim->nulls[COLUMN(from, c)]);
+	return slot;
 }
 
 /*
  * Lease a claimable version of an event to the claim, or, if its attempts
  * are used up (its last attempt's lease ran out), mark it dead, never to
  * be handed out again.  The row is locked by the claim (direct_lock), so
- * no concurrent write can come first.
+ * no concurrent write can come first.  An event of the queue moves to
+ * idem_outbox_claimed: its row there is inserted (the whole event, once,
+ * as pgmq's read writes it) and its queue row deleted (a small record).
  */
 static void
-take(Claim *claim, HeapTuple row)
+take(Claim *claim, DirectTable *from, HeapTuple row)
 {
 	static const int result_columns[CLAIM_NCOLUMNS] = {
 		QUEUE_ID, QUEUE_TOPIC, QUEUE_MESSAGE_KEY, QUEUE_PAYLOAD, QUEUE_PAYLOAD_BYTES,
 		QUEUE_HEADERS, QUEUE_ATTEMPTS, QUEUE_CREATED_AT, QUEUE_CLAIM_TOKEN,
 		QUEUE_AVAILABLE_AT
 	};
-	TupleTableSlot *slot = direct_new_row(claim->queue, row);
+	DirectTable *to = claim->claimed;
+	TupleTableSlot *slot = next_version(claim, from, row);
 	Datum	   *v = slot->tts_values;
 	bool	   *n = slot->tts_isnull;
-	int32		attempts = DatumGetInt32(v[COLUMN(claim, QUEUE_ATTEMPTS)]);
+	int32		attempts = DatumGetInt32(v[COLUMN(to, QUEUE_ATTEMPTS)]);
 	bool		used_up = attempts >= idem_outbox_max_attempts;
 	ItemPointerData new_tid;
+	DirectWrite written;
 	Datum		out[CLAIM_NCOLUMNS];
 	bool		outnull[CLAIM_NCOLUMNS];
 	int			col;
 
 	if (used_up)
 	{
-		direct_set(claim->queue, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
-		direct_set(claim->queue, QUEUE_DEAD_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
-		if (!n[COLUMN(claim, QUEUE_CLAIM_TOKEN)])
-			direct_set(claim->queue, QUEUE_LAST_ERROR,
+		direct_set(to, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
+		direct_set(to, QUEUE_DEAD_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+		if (!n[COLUMN(to, QUEUE_CLAIM_TOKEN)])
+			direct_set(to, QUEUE_LAST_ERROR,
 					   CStringGetTextDatum("lease expired during the last attempt"), false);
-		direct_set(claim->queue, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
+		direct_set(to, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
 	}
 	else
 	{
-		direct_set(claim->queue, QUEUE_ATTEMPTS, Int32GetDatum(attempts + 1), false);
-		direct_set(claim->queue, QUEUE_CLAIM_TOKEN, claim->token, false);
-		direct_set(claim->queue, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(claim->leased_until),
-				   false);
+		direct_set(to, QUEUE_ATTEMPTS, Int32GetDatum(attempts + 1), false);
+		direct_set(to, QUEUE_CLAIM_TOKEN, claim->token, false);
+		direct_set(to, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(claim->leased_until), false);
 	}
-	if (direct_update(claim->queue, &row->t_self, &new_tid) != DIRECT_WRITTEN)
+	if (from == to)
+		written = direct_update(to, &row->t_self, &new_tid);
+	else if ((written = direct_insert(to, false, &new_tid)) == DIRECT_WRITTEN)
+		written = direct_delete(from, &row->t_self);
+	if (written != DIRECT_WRITTEN)
 		elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
 	claim->taken++;
 	if (used_up)
@@ -216,19 +273,50 @@ take(Claim *claim, HeapTuple row)
 	}
 	for (col = 0; col < CLAIM_NCOLUMNS; col++)
 	{
-		out[col] = v[COLUMN(claim, result_columns[col])];
-		outnull[col] = n[COLUMN(claim, result_columns[col])];
+		out[col] = v[COLUMN(to, result_columns[col])];
+		outnull[col] = n[COLUMN(to, result_columns[col])];
 	}
-	claim->leased[claim->nleased].id = DatumGetInt64(v[COLUMN(claim, QUEUE_ID)]);
+	claim->leased[claim->nleased].id = DatumGetInt64(v[COLUMN(to, QUEUE_ID)]);
 	claim->leased[claim->nleased++].result = heap_form_tuple(claim->result_desc, out, outnull);
+}
+
+/* Read a source's next row in claim order (its index's). */
+static void
+advance(Claim *claim, Source *source)
+{
+	source->head = direct_index_scan_next(source->scan);
+	if (source->head != NULL)
+	{
+		/* The scan's keys leave out a NULL available_at; ids are NOT NULL. */
+		direct_deform(source->table, source->head, claim->values, claim->nulls);
+		source->head_at = DatumGetTimestampTz(claim->values[COLUMN(source->table, QUEUE_AVAILABLE_AT)]);
+		source->head_id = claim->nulls[COLUMN(source->table, QUEUE_ID)] ? 0 :
+			DatumGetInt64(claim->values[COLUMN(source->table, QUEUE_ID)]);
+	}
+}
+
+/* Of two sources' heads, the one to take first: earlier due, then lower id. */
+static Source *
+first_due(Source *a, Source *b)
+{
+	if (a->head == NULL)
+		return b->head != NULL ? b : NULL;
+	if (b->head == NULL)
+		return a;
+	if (a->head_at != b->head_at)
+		return a->head_at < b->head_at ? a : b;
+	return a->head_id <= b->head_id ? a : b;
 }
 
 /*
  * Take claimable events of one scope, in claim order, until the batch is
- * full: lock each FOR UPDATE SKIP LOCKED (a row another transaction holds
- * is skipped, never waited for), check the locked version again (it is
- * the newest: a row changed since the snapshot is followed, as
- * EvalPlanQual would), and lease it.  fresh: the claim's first read.
+ * full: the queue's and the claimed table's claimable rows merged by
+ * (available_at, id), each locked FOR UPDATE SKIP LOCKED (a row another
+ * transaction holds is skipped, never waited for), checked again in its
+ * locked version (it is the newest: a row changed since the snapshot is
+ * followed, as EvalPlanQual would), and leased.  fresh: the claim's first
+ * read; the queue's snapshot is taken first, the claimed table's after it
+ * (key_held_before says why).
  */
 static void
 take_claimable(Claim *claim, Oid scope, bool fresh)
@@ -237,26 +325,41 @@ take_claimable(Claim *claim, Oid scope, bool fresh)
 		{0, BTEqualStrategyNumber, ObjectIdGetDatum(scope)},
 		{1, BTLessEqualStrategyNumber, TimestampTzGetDatum(claim->now)},
 	};
-	DirectIndexScan *scan;
-	HeapTuple	row;
+	Source		sources[2] = {{claim->queue}, {claim->claimed}};
+	int			nsources = claim->claimed != claim->queue ? 2 : 1;
+	Source	   *next;
+	int			i;
 
 	if (claim->taken >= claim->batch)
 		return;
-	scan = direct_index_scan_begin(claim->queue, QUEUE_INDEX_CLAIMABLE, 2, keys, fresh);
-	while (claim->taken < claim->batch && (row = direct_index_scan_next(scan)) != NULL)
+	for (i = 0; i < nsources; i++)
 	{
+		sources[i].scan = direct_index_scan_begin(sources[i].table, QUEUE_INDEX_CLAIMABLE, 2,
+												  keys, fresh);
+		advance(claim, &sources[i]);
+	}
+	while (claim->taken < claim->batch && (next = first_due(&sources[0], &sources[1])) != NULL)
+	{
+		HeapTuple	row = next->head;
 		HeapTuple	locked;
 
-		if (claimable(claim, row, scope) &&
-			(locked = direct_lock(claim->queue, &row->t_self, true)) != NULL)
+		if (claimable(claim, next->table, row, scope) &&
+			(locked = direct_lock(next->table, &row->t_self, true)) != NULL)
 		{
-			if (ItemPointerEquals(&locked->t_self, &row->t_self) || claimable(claim, locked, scope))
-				take(claim, locked);
+			if (ItemPointerEquals(&locked->t_self, &row->t_self) ||
+				claimable(claim, next->table, locked, scope))
+				take(claim, next->table, locked);
 			heap_freetuple(locked);
 		}
 		heap_freetuple(row);
+		advance(claim, next);
 	}
-	direct_index_scan_end(scan);
+	for (i = 0; i < nsources; i++)
+	{
+		if (sources[i].head != NULL)
+			heap_freetuple(sources[i].head);
+		direct_index_scan_end(sources[i].scan);
+	}
 }
 
 /* qsort comparator: leased rows by id. */
@@ -295,21 +398,26 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	claim.result_desc = rsinfo->setDesc;
 
 	claim.queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
+	claim.claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
+	if (claim.claimed == NULL)
+		claim.claimed = claim.queue;
 	/*
-	 * The clock is read once the queue's locks are held: the open waits for
-	 * any DDL, REINDEX or CREATE INDEX on the queue, and a lease reckoned
+	 * The clock is read once the tables' locks are held: the open waits for
+	 * any DDL, REINDEX or CREATE INDEX on them, and a lease reckoned
 	 * from before that wait would be born expired when the wait outlasts
 	 * it (another drainer could take the events at once, while this one
 	 * publishes them).
 	 */
 	claim.now = GetCurrentTimestamp();
 	claim.leased_until = idem_time_plus(claim.now, lease);
-	claim.values = palloc(sizeof(Datum) * direct_natts(claim.queue));
-	claim.nulls = palloc(sizeof(bool) * direct_natts(claim.queue));
+	claim.values = palloc(sizeof(Datum) * Max(direct_natts(claim.queue), direct_natts(claim.claimed)));
+	claim.nulls = palloc(sizeof(bool) * Max(direct_natts(claim.queue), direct_natts(claim.claimed)));
 	claim.leased = palloc(sizeof(LeasedRow) * batch);
 	take_claimable(&claim, scope, true);
 	if (scope != IDEM_SHARED_SCOPE)
 		take_claimable(&claim, IDEM_SHARED_SCOPE, false);
+	if (claim.claimed != claim.queue)
+		direct_close(claim.claimed);
 	direct_close(claim.queue);
 
 	/* In id order, as the SQL form returned them. */

@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_prune.c
- *	  The outbox's maintenance: prune published events from the archive
- *	  (and dead ones, and published ones edited in by hand, from the
- *	  queue) once they are older than the retention.  A batch at a time,
- *	  through SQL (a maintenance call, not the drainers' hot path).
+ *	  The outbox's maintenance: prune published and dead events from
+ *	  idem_outbox_claimed (and such rows edited into the queue by hand)
+ *	  once they are older than the retention.  A batch at a time, through
+ *	  SQL (a maintenance call, not the drainers' hot path).  On 0.5.0's
+ *	  tables (until ALTER EXTENSION UPDATE) the archive and the queue.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,17 +15,48 @@
 #include "core/statements.h"
 #include "core/stats.h"
 #include "outbox/outbox.h"
+#include "outbox/outbox_queue.h"
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(idem_outbox_prune);
 
 #define PRUNE_MAX_BATCH			1000000
 
-/* Prune the archive: published longer than $2 ago, at most $1 rows. */
-static IdemStatement prune_archive = {
+/*
+ * Prune idem_outbox_claimed: published longer than $2 ago (the BRIN on
+ * published_at serves it), at most $1 rows.
+ */
+static IdemStatement prune_published = {
+	"WITH batch AS MATERIALIZED ("
+	"  SELECT id FROM @extschema@.idem_outbox_claimed"
+	"   WHERE published_at < pg_catalog.clock_timestamp() - $2"
+	"     AND state = " IDEM_SQL(IDEM_OUTBOX_PUBLISHED_NAME)
+	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" DELETE FROM @extschema@.idem_outbox_claimed c"
+	"  WHERE c.id = ANY (ARRAY(SELECT id FROM batch))"
+	"    AND c.published_at < pg_catalog.clock_timestamp() - $2"
+	"    AND c.state = " IDEM_SQL(IDEM_OUTBOX_PUBLISHED_NAME),
+	2, {INT4OID, INTERVALOID}
+};
+/* Then its dead events (idem_outbox_claimed_dead serves it). */
+static IdemStatement prune_dead = {
+	"WITH batch AS MATERIALIZED ("
+	"  SELECT id FROM @extschema@.idem_outbox_claimed"
+	"   WHERE state = " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME)
+	"     AND dead_at < pg_catalog.clock_timestamp() - $2"
+	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" DELETE FROM @extschema@.idem_outbox_claimed c"
+	"  WHERE c.id = ANY (ARRAY(SELECT id FROM batch))"
+	"    AND c.state = " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME)
+	"    AND c.dead_at < pg_catalog.clock_timestamp() - $2",
+	2, {INT4OID, INTERVALOID}
+};
+/* On 0.5.0's tables: the archive, published longer than $2 ago. */
+static IdemStatement prune_archive_0_5 = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT id FROM @extschema@.idem_outbox_archive"
 	"   WHERE published_at < pg_catalog.clock_timestamp() - $2"
@@ -34,7 +66,11 @@ static IdemStatement prune_archive = {
 	"    AND a.published_at < pg_catalog.clock_timestamp() - $2",
 	2, {INT4OID, INTERVALOID}
 };
-/* Prune the queue: dead events (and published ones edited in by hand). */
+/*
+ * Prune the queue: what a hand edit made published or dead there (and,
+ * on 0.5.0's tables, the dead events and those this library's acks
+ * marked published in place).
+ */
 static IdemStatement prune_queue = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT id FROM @extschema@.idem_outbox_queue"
@@ -50,7 +86,7 @@ static IdemStatement prune_queue = {
 
 /*
  * idem_outbox_prune(older_than, batch): delete at most batch published or
- * dead events finished more than older_than ago, archived ones first.
+ * dead events finished more than older_than ago, published ones first.
  */
 Datum
 idem_outbox_prune(PG_FUNCTION_ARGS)
@@ -58,18 +94,22 @@ idem_outbox_prune(PG_FUNCTION_ARGS)
 	Oid			namespace = idem_function_namespace(fcinfo);
 	Datum		values[2];
 	int32		batch;
-	int			deleted;
+	int			deleted = 0;
+	IdemStatement *steps[3] = {NULL, NULL, NULL};
+	int			i;
 
 	values[1] = IntervalPGetDatum(idem_outbox_interval_arg(fcinfo, 0, "older_than"));
 	batch = idem_outbox_batch_arg(fcinfo, 1, PRUNE_MAX_BATCH);
-	values[0] = Int32GetDatum(batch);
 
 	SPI_connect();
-	deleted = idem_execute(&prune_archive, namespace, values, NULL, false, 0);
-	if (deleted < batch)
+	if (OidIsValid(get_relname_relid(idem_outbox_claimed_table.relname, namespace)))
+		steps[0] = &prune_published, steps[1] = &prune_dead, steps[2] = &prune_queue;
+	else
+		steps[0] = &prune_archive_0_5, steps[1] = &prune_queue;
+	for (i = 0; i < (int) lengthof(steps) && steps[i] != NULL && deleted < batch; i++)
 	{
 		values[0] = Int32GetDatum(batch - deleted);
-		deleted += idem_execute(&prune_queue, namespace, values, NULL, false, 0);
+		deleted += idem_execute(steps[i], namespace, values, NULL, false, 0);
 	}
 	SPI_finish();
 	idem_count(IDEM_STAT_OUTBOX_PRUNED, deleted);

@@ -6,6 +6,12 @@
  *	  and nacks use, by name and type.  The install script
  *	  (extension/install/40_outbox.sql) creates them.
  *
+ * Until ALTER EXTENSION UPDATE, the library serves 0.5.0's tables
+ * (core/schema.c), which have no idem_outbox_claimed: there a claimed
+ * event stays in the queue, leased in place, and its ack marks it
+ * published in place (0.5.0's prune and view already treat a published
+ * row of the queue as published); the update moves such rows across.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -17,6 +23,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 
 static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_ID] = {"id", INT8OID},
@@ -34,6 +41,7 @@ static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
 	[QUEUE_CLAIM_TOKEN] = {"claim_token", UUIDOID},
 	[QUEUE_CREATED_AT] = {"created_at", TIMESTAMPTZOID},
 	[QUEUE_DEAD_AT] = {"dead_at", TIMESTAMPTZOID},
+	[QUEUE_PUBLISHED_AT] = {"published_at", TIMESTAMPTZOID},
 };
 
 /* As the install script creates them: keys, and the rows they must hold. */
@@ -49,25 +57,29 @@ DirectTableDef idem_outbox_queue =
 DIRECT_TABLE_INDEXED("idem_outbox_queue", queue_columns, QUEUE_NCOLUMNS,
 					 queue_indexes, QUEUE_NINDEXES);
 
-static const DirectColumn archive_columns[ARCHIVE_NCOLUMNS] = {
-	[ARCHIVE_ID] = {"id", INT8OID},
-	[ARCHIVE_TOPIC] = {"topic", TEXTOID},
-	[ARCHIVE_MESSAGE_KEY] = {"message_key", TEXTOID},
-	[ARCHIVE_KEY_HASH] = {"key_hash", BYTEAOID},
-	[ARCHIVE_PAYLOAD] = {"payload", JSONBOID},
-	[ARCHIVE_PAYLOAD_BYTES] = {"payload_bytes", BYTEAOID},
-	[ARCHIVE_HEADERS] = {"headers", JSONBOID},
-	[ARCHIVE_ATTEMPTS] = {"attempts", INT4OID},
-	[ARCHIVE_LAST_ERROR] = {"last_error", TEXTOID},
-	[ARCHIVE_AVAILABLE_AT] = {"available_at", TIMESTAMPTZOID},
-	[ARCHIVE_CLAIM_TOKEN] = {"claim_token", UUIDOID},
-	[ARCHIVE_CREATED_AT] = {"created_at", TIMESTAMPTZOID},
-	[ARCHIVE_PUBLISHED_AT] = {"published_at", TIMESTAMPTZOID},
-	[ARCHIVE_SCOPE] = {"scope", IDEM_SCOPE_TYPE},
+static const DirectIndex claimed_indexes[QUEUE_NINDEXES] = {
+	[QUEUE_INDEX_CLAIMABLE] = {"idem_outbox_claimed_claimable", 3,
+		{QUEUE_SCOPE, QUEUE_AVAILABLE_AT, QUEUE_ID},
+	1, {{QUEUE_STATE, IDEM_OUTBOX_PENDING_NAME}}},
+	[QUEUE_INDEX_KEY_ORDER] = {"idem_outbox_claimed_key_order", 2, {QUEUE_KEY_HASH, QUEUE_ID},
+	2, {{QUEUE_STATE, IDEM_OUTBOX_PENDING_NAME}, {QUEUE_KEY_HASH, NULL}}},
 };
 
-DirectTableDef idem_outbox_archive_table =
-DIRECT_TABLE("idem_outbox_archive", archive_columns, ARCHIVE_NCOLUMNS);
+DirectTableDef idem_outbox_claimed_table =
+DIRECT_TABLE_INDEXED("idem_outbox_claimed", queue_columns, QUEUE_NCOLUMNS,
+					 claimed_indexes, QUEUE_NINDEXES);
+
+/*
+ * Open idem_outbox_claimed, or return NULL when the schema is 0.5.0's,
+ * which has none (the caller then leases and publishes in the queue).
+ */
+DirectTable *
+idem_outbox_open_claimed(Oid namespace, DirectAccess access)
+{
+	if (!OidIsValid(get_relname_relid(idem_outbox_claimed_table.relname, namespace)))
+		return NULL;
+	return direct_open(&idem_outbox_claimed_table, namespace, access);
+}
 
 /* Is a state column's value this state? */
 bool

@@ -2,9 +2,11 @@
  *
  * outbox_queue.h
  *	  The outbox's two tables as the direct path reads and writes them
- *	  (outbox_queue.c): the queue of events not yet published, with its
- *	  claimable and per-key order indexes, and the archive of published
- *	  ones.  Staging, claims, acks and nacks share these descriptions.
+ *	  (outbox_queue.c): the queue of events never claimed, and the table
+ *	  of claimed ones (leased, backing off, dead or published).  Both have
+ *	  the same columns and the same claimable and per-key order indexes,
+ *	  so one set of names serves both.  Staging, claims, acks and nacks
+ *	  share these descriptions.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,7 +15,7 @@
 
 #include "table/direct_table.h"
 
-/* The columns of idem_outbox_queue pg_idem reads or writes. */
+/* The columns of idem_outbox_queue and idem_outbox_claimed pg_idem reads or writes. */
 enum
 {
 	QUEUE_ID,
@@ -31,6 +33,7 @@ enum
 	QUEUE_CLAIM_TOKEN,
 	QUEUE_CREATED_AT,
 	QUEUE_DEAD_AT,
+	QUEUE_PUBLISHED_AT,
 	QUEUE_NCOLUMNS
 };
 
@@ -42,28 +45,10 @@ enum
 	QUEUE_NINDEXES
 };
 
-/* The columns of idem_outbox_archive an ack writes. */
-enum
-{
-	ARCHIVE_ID,
-	ARCHIVE_TOPIC,
-	ARCHIVE_MESSAGE_KEY,
-	ARCHIVE_KEY_HASH,
-	ARCHIVE_PAYLOAD,
-	ARCHIVE_PAYLOAD_BYTES,
-	ARCHIVE_HEADERS,
-	ARCHIVE_ATTEMPTS,
-	ARCHIVE_LAST_ERROR,
-	ARCHIVE_AVAILABLE_AT,
-	ARCHIVE_CLAIM_TOKEN,
-	ARCHIVE_CREATED_AT,
-	ARCHIVE_PUBLISHED_AT,
-	ARCHIVE_SCOPE,
-	ARCHIVE_NCOLUMNS
-};
-
 extern DirectTableDef idem_outbox_queue;
-extern DirectTableDef idem_outbox_archive_table;
+extern DirectTableDef idem_outbox_claimed_table;
+
+extern DirectTable *idem_outbox_open_claimed(Oid namespace, DirectAccess access);
 
 /* Is a state column's value this state? */
 extern bool idem_outbox_state_is(Datum state, const char *name);
