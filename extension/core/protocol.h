@@ -112,12 +112,12 @@ typedef enum IdemKeyState
 #define IDEM_KEY_EXPIRED_NAME "expired"
 extern PGDLLIMPORT const char *const idem_key_state_names[IDEM_KEY_NSTATES];
 
-/* idem_outbox_queue.state */
+/* idem_outbox_queue, idem_outbox_claimed.state */
 typedef enum IdemOutboxState
 {
 	IDEM_OUTBOX_PENDING,		/* waiting to be published: claimable when available_at has passed (staged, backing off, or leased until then) */
 	IDEM_OUTBOX_DEAD,		/* out of attempts: no drainer claims it again until it is retried by hand */
-	IDEM_OUTBOX_PUBLISHED,		/* acknowledged: moved to idem_outbox_archive, which has no state column (the idem_outbox view shows this) */
+	IDEM_OUTBOX_PUBLISHED,		/* acknowledged, and kept for idem.outbox_retention (idem.outbox_archive = off deletes it at the ack instead) */
 	IDEM_OUTBOX_NSTATES
 } IdemOutboxState;
 

@@ -14,7 +14,7 @@
  * refuse, a new key a generation below other keys' (a fence shared by
  * several keys, such as a ledger row, refuses it), and a staged event an
  * id already published (consumers that deduplicate by id drop it, and its
- * ack fails on the archive's primary key).
+ * claim fails on idem_outbox_claimed's primary key).
  *
  * PostgreSQL 19 replicates sequences, but as snapshots: a publication FOR
  * ALL SEQUENCES copies the publisher's positions when the subscription is
@@ -85,8 +85,7 @@
 #define IDEM_SEQUENCE_HEADROOM	INT64CONST(1000000)
 
 static IdemStatement max_outbox_id = {
-	"SELECT pg_catalog.max(id) FROM (SELECT pg_catalog.max(id) AS id FROM @extschema@.idem_outbox_queue"
-	" UNION ALL SELECT pg_catalog.max(id) FROM @extschema@.idem_outbox_archive) ids",
+	"SELECT pg_catalog.max(id) FROM @extschema@.idem_outbox",
 	0, {InvalidOid}
 };
 

@@ -364,7 +364,7 @@ define_message_settings(void)
 							   check_outbox_backoff, assign_outbox_backoff, NULL);
 
 	DefineCustomBoolVariable("idem.outbox_archive",
-							 "Whether an ack keeps published outbox events in idem_outbox_archive.",
+							 "Whether an ack keeps published outbox events (in idem_outbox_claimed).",
 							 "Off deletes them at the ack (no retention: idem.outbox_retention does not apply).",
 							 &idem_outbox_archive,
 							 true,

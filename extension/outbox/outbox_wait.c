@@ -15,6 +15,11 @@
  * sleep ends then.  Without shared_preload_libraries there are no
  * condition variables and wakeup.c polls (1 ms doubling to 50 ms).
  *
+ * The probe and the backlog read the idem_outbox view, the union of the
+ * outbox's tables in every version the library serves (0.5.0's queue
+ * and archive, the queue and idem_outbox_claimed since): their conditions
+ * go down into each table's own partial indexes.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -45,7 +50,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_view_write);
 #define OUTBOX_CLAIMABLE(alias, now) \
 	alias ".state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) " AND " alias ".available_at <= " now \
 	" AND (" alias ".key_hash IS NULL OR NOT EXISTS (" \
-	"  SELECT 1 FROM @extschema@.idem_outbox_queue e" \
+	"  SELECT 1 FROM @extschema@.idem_outbox e" \
 	"   WHERE e.key_hash = " alias ".key_hash AND e.state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) \
 	"     AND e.scope = " alias ".scope AND e.id < " alias ".id))"
 
@@ -54,11 +59,11 @@ PG_FUNCTION_INFO_V1(idem_outbox_view_write);
  * $2 (now), and when is the next pending event of those scopes due?
  */
 static IdemStatement probe_work = {
-	"SELECT EXISTS (SELECT 1 FROM @extschema@.idem_outbox_queue o"
+	"SELECT EXISTS (SELECT 1 FROM @extschema@.idem_outbox o"
 	"                WHERE o.scope = ANY (ARRAY[$1, 0::pg_catalog.oid]) AND " OUTBOX_CLAIMABLE("o", "$2") "),"
-	" least((SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
+	" least((SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox"
 	"         WHERE scope = $1 AND state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME) " AND available_at > $2),"
-	"       (SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox_queue"
+	"       (SELECT pg_catalog.min(available_at) FROM @extschema@.idem_outbox"
 	"         WHERE scope = 0::pg_catalog.oid AND state = " IDEM_SQL(IDEM_OUTBOX_PENDING_NAME)
 	" AND available_at > $2))",
 	2, {OIDOID, TIMESTAMPTZOID}
@@ -70,7 +75,7 @@ static IdemStatement probe_work = {
  */
 static IdemStatement backlog = {
 	"SELECT topic, s.state, pg_catalog.count(*), pg_catalog.min(created_at), pg_catalog.min(available_at)"
-	"  FROM @extschema@.idem_outbox_queue o,"
+	"  FROM @extschema@.idem_outbox o,"
 	"       LATERAL (SELECT CASE"
 	"         WHEN o.state = " IDEM_SQL(IDEM_OUTBOX_DEAD_NAME) " THEN " IDEM_SQL(IDEM_OUTBOX_BACKLOG_DEAD)
 	"         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN " IDEM_SQL(IDEM_OUTBOX_BACKLOG_READY)
@@ -183,7 +188,7 @@ static const Oid view_types[VIEW_NCOLUMNS] = {
 	TIMESTAMPTZOID, OIDOID
 };
 
-/* The view's columns the archive does not have (every archived row is published). */
+/* The view's columns 0.5.0's archive does not have (every archived row is published). */
 #define VIEW_STATE		7
 #define VIEW_DEAD_AT	14
 
@@ -235,7 +240,8 @@ edit_row(const char *schema, const char *table, bool archive, HeapTuple old,
 
 /*
  * INSTEAD OF UPDATE OR DELETE trigger of the idem_outbox view: the row is
- * in the queue or in the archive (ids are unique across both).
+ * in the queue or in idem_outbox_claimed (ids are unique across both); on
+ * 0.5.0's tables, in the queue or in the archive.
  */
 Datum
 idem_outbox_view_write(PG_FUNCTION_ARGS)
@@ -245,6 +251,7 @@ idem_outbox_view_write(PG_FUNCTION_ARGS)
 	HeapTuple	old;
 	HeapTuple	new;
 	TupleDesc	desc;
+	bool		has_claimed;
 	bool		changed;
 
 	if (!CALLED_AS_TRIGGER(fcinfo) ||
@@ -263,8 +270,11 @@ idem_outbox_view_write(PG_FUNCTION_ARGS)
 	schema = quote_identifier(get_namespace_name(idem_function_namespace(fcinfo)));
 
 	SPI_connect();
+	has_claimed = OidIsValid(get_relname_relid("idem_outbox_claimed",
+											   idem_function_namespace(fcinfo)));
 	changed = edit_row(schema, "idem_outbox_queue", false, old, new, desc) ||
-		edit_row(schema, "idem_outbox_archive", true, old, new, desc);
+		(has_claimed ? edit_row(schema, "idem_outbox_claimed", false, old, new, desc) :
+		 edit_row(schema, "idem_outbox_archive", true, old, new, desc));
 	SPI_finish();
 	if (!changed)
 		return PointerGetDatum(NULL);

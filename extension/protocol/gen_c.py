@@ -2,7 +2,7 @@
 the inbox's answers and the nack outcomes (messaging.py)."""
 
 import messaging
-from model import NOTE, attempt_states, c_string, split_state, upper
+from model import NOTE, attempt_states, c_string, row_tables, split_state, upper
 
 
 def gen_c_header(p):
@@ -157,7 +157,7 @@ def c_state_names(p):
          "#define IDEM_SQL(name) \"'\" name \"'\""]
     for r in p["row_states"]:
         T = upper(r["name"])
-        L += ["", "/* %s.state */" % r["table"],
+        L += ["", "/* %s.state */" % ", ".join(row_tables(r)),
               "typedef enum Idem%sState" % r["name"].capitalize(), "{"]
         for x in r["state"]:
             L.append("\tIDEM_%s_%s,\t\t/* %s */" % (T, upper(x["name"]), x["when"].replace("*/", "* /")))

@@ -5,7 +5,7 @@ import json
 
 import limits
 import messaging
-from model import NOTE, attempt_states, cache_key, classify_status, namespaced, table_states
+from model import NOTE, attempt_states, cache_key, classify_status, namespaced, row_tables, table_states
 
 
 def gen_conformance(p):
@@ -158,10 +158,11 @@ def gen_sql_states(p):
     partial indexes, column defaults and trigger conditions name are the
     protocol's ([[row_states]] and the attempts' transitions)."""
     statuses, reasons = attempt_states(p)
-    rows = [(r["table"], "state", x) for r in p["row_states"] for x in table_states(p, r["name"])]
+    rows = [(t, "state", x) for r in p["row_states"] for t in row_tables(r)
+            for x in table_states(p, r["name"])]
     rows += [("idem_attempts", "status", x) for x in statuses]
     rows += [("idem_attempts", "failure_reason", x) for x in reasons]
-    checks = [(r["table"], "state", r["check"]) for r in p["row_states"] if r.get("check")]
+    checks = [(row_tables(r)[0], "state", r["check"]) for r in p["row_states"] if r.get("check")]
     checks += [("idem_attempts", "status", "idem_attempts_status"),
                ("idem_attempts", "failure_reason", "idem_attempts_failure_reason")]
     L = ["-- The states of pg_idem's rows as the catalog has them, against protocol.toml:",

@@ -2,7 +2,7 @@
 
 import limits
 import messaging
-from model import NOTE, SOURCE, cache_key, namespaced
+from model import NOTE, SOURCE, cache_key, namespaced, row_tables
 
 
 def gen_docs(p):
@@ -151,7 +151,7 @@ def docs_row_states(p):
          "The `state` column of pg_idem's tables (the install script's CHECK constraints and partial",
          "indexes name the same; `sql/protocol_states.sql` checks a fresh catalog against this list)."]
     for r in p["row_states"]:
-        L += ["", "`%s`:" % r["table"], "", "| state | when |", "|---|---|"]
+        L += ["", "%s:" % ", ".join("`%s`" % t for t in row_tables(r)), "", "| state | when |", "|---|---|"]
         for x in r["state"]:
             L.append("| `%s` | %s |" % (x["name"], x["when"]))
     L += ["", "`idem_outbox_backlog`'s state:", "", "| state | when |", "|---|---|"]

@@ -132,9 +132,14 @@ def namespaced(p, namespace, target):
 
 
 def table_states(p, name):
-    """The state names of one [[row_states]] entry (in the table itself)."""
+    """The state names of one [[row_states]] entry."""
     r = next(r for r in p["row_states"] if r["name"] == name)
-    return [x["name"] for x in r["state"] if not x.get("view")]
+    return [x["name"] for x in r["state"]]
+
+
+def row_tables(r):
+    """The tables whose state column a [[row_states]] entry describes."""
+    return r["tables"] if "tables" in r else [r["table"]]
 
 
 def attempt_states(p):
@@ -160,7 +165,7 @@ def check_install_sql(p):
     for r in p["row_states"]:
         if r.get("check"):
             path = next(f for f in sorted(os.listdir(os.path.join(ROOT, "extension", "install")))
-                        if "CREATE TABLE %s " % r["table"] in open(
+                        if "CREATE TABLE %s " % row_tables(r)[0] in open(
                             os.path.join(ROOT, "extension", "install", f), encoding="utf-8").read())
             want.append(("extension/install/" + path, r["check"], set(table_states(p, r["name"]))))
     bad = []
