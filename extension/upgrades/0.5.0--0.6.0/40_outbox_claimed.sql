@@ -3,8 +3,8 @@
 -- ack marks it published there instead of copying it into the archive.
 -- The update moves across every event a claim has taken (leased, backing
 -- off, dead, or marked published in the queue by this library before the
--- update: outbox/outbox_queue.c) and the archive's rows, and drops the
--- archive.  The queue is locked first, so no claim, ack or nack of the
+-- update: outbox/outbox_queue.c) and the archive's rows, and makes the
+-- archive a view of the published ones.  The queue is locked first, so no claim, ack or nack of the
 -- old tables runs in between; those already waiting go on against the
 -- new ones.
 LOCK TABLE @extschema@.idem_outbox_queue IN ACCESS EXCLUSIVE MODE;
@@ -74,6 +74,16 @@ SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
 COMMENT ON VIEW @extschema@.idem_outbox IS
     'pg_idem: every outbox event, never claimed or claimed (the idem_outbox table of 0.2.0)';
 DROP TABLE @extschema@.idem_outbox_archive;
+
+-- 0.5.0's archive, as a view: the published events, with the archive's
+-- columns, for the queries and dashboards written against the table.
+CREATE VIEW @extschema@.idem_outbox_archive AS
+SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, attempts,
+       last_error, available_at, claim_token, created_at, published_at, scope
+  FROM @extschema@.idem_outbox_claimed
+ WHERE state OPERATOR(pg_catalog.=) 'published'::pg_catalog.text;
+COMMENT ON VIEW @extschema@.idem_outbox_archive IS
+    'pg_idem: published outbox events, kept for idem.outbox_retention (a table until 0.5.0; rows of idem_outbox_claimed since 0.6.0)';
 
 COMMENT ON TABLE @extschema@.idem_outbox_queue IS
     'pg_idem: outbox events never claimed yet (a claim moves them to idem_outbox_claimed); written only through the idem_outbox_* functions';
