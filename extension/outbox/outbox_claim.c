@@ -261,8 +261,17 @@ take(Claim *claim, DirectTable *from, HeapTuple row)
 	}
 	if (from == to)
 		written = direct_update(to, &row->t_self, &new_tid);
-	else if ((written = direct_insert(to, false, &new_tid)) == DIRECT_WRITTEN)
+	else
+	{
+		if (direct_insert(to, false, &new_tid) != DIRECT_WRITTEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+					 errmsg("a BEFORE INSERT trigger on idem_outbox_claimed skipped an event a claim moved"),
+					 errdetail("The claim of event %lld would have lost it.",
+							   (long long) DatumGetInt64(v[COLUMN(to, QUEUE_ID)])),
+					 errhint("Let the trigger return the row it is given.")));
 		written = direct_delete(from, &row->t_self);
+	}
 	if (written != DIRECT_WRITTEN)
 		elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
 	claim->taken++;

@@ -54,7 +54,7 @@ $blue->safe_psql('postgres', q{
 	SELECT idem_claim(k('stale'), sha256('b'), '1 ms');
 	SELECT idem_outbox_stage('orders', jsonb_build_object('n', n)) FROM generate_series(1, 5) n;
 	SELECT idem_outbox_ack(claim_token, array_agg(id)) FROM idem_outbox_claim(3) GROUP BY claim_token;
-	CREATE PUBLICATION idem_pub FOR TABLE idem_keys, idem_outbox_queue, idem_outbox_archive;
+	CREATE PUBLICATION idem_pub FOR TABLE idem_keys, idem_outbox_queue, idem_outbox_claimed;
 });
 # A blue backend that stays connected through both cut-overs; it stages.
 my $blue_session = $blue->background_psql('postgres');
@@ -112,7 +112,7 @@ cmp_ok($later_generation, '>', $new_generation, 'green: the next generation is a
 
 # The cut back: blue follows green, green stages, writes move back to blue.
 $green->safe_psql('postgres',
-	'CREATE PUBLICATION back_pub FOR TABLE idem_keys, idem_outbox_queue, idem_outbox_archive');
+	'CREATE PUBLICATION back_pub FOR TABLE idem_keys, idem_outbox_queue, idem_outbox_claimed');
 my $green_connstr = $green->connstr . ' dbname=postgres';
 # (blue's pending events were drained on green)
 $blue->safe_psql('postgres', qq{DELETE FROM idem_outbox_queue;

@@ -49,7 +49,7 @@ $blue->safe_psql('postgres', q{
 	SELECT setval('idem_outbox_id_seq', 5000);
 	SELECT idem_claim(k('before'), sha256('b'));
 	SELECT idem_outbox_stage('orders', '{"n": 1}'::jsonb);
-	CREATE PUBLICATION idem_pub FOR TABLE idem_keys, idem_outbox_queue, idem_outbox_archive;
+	CREATE PUBLICATION idem_pub FOR TABLE idem_keys, idem_outbox_queue, idem_outbox_claimed;
 	CREATE PUBLICATION idem_seq FOR ALL SEQUENCES;
 });
 my $blue_connstr = $blue->connstr . ' dbname=postgres';

@@ -1,7 +1,7 @@
 # A storm of outbox drainers on the direct path (no event held by two,
 # per-key order kept, the owner's maintenance beside them): one producer
 # stages keyed and keyless events, a maintenance session rebuilds the
-# claim's two indexes (REINDEX CONCURRENTLY) and vacuums the queue, and
+# claim's indexes (REINDEX CONCURRENTLY) and vacuums the tables, and
 # five drainers claim batches with leases of a few milliseconds, nap for
 # up to longer than the lease, and then ack, nack or abandon what they
 # hold, so that leases run out under them, others take the events over,
@@ -17,7 +17,7 @@
 #   - per-key order: no event of a key was claimed before every earlier
 #     event of that key was published or dead;
 #   - nothing lost: every staged event is archived or dead;
-#   - the queue's indexes pass amcheck.
+#   - the queue's and the claimed table's indexes pass amcheck.
 # pgbench runs without --max-tries: any error aborts a client and fails.
 
 use strict;
@@ -72,7 +72,9 @@ my $maintenance = $node->background_psql('postgres');
 $maintenance->query_until(qr/maintaining/, "\\echo maintaining\n" . join('', map {
 	"REINDEX INDEX CONCURRENTLY idem_outbox_claimable;\n"
 	  . "REINDEX INDEX CONCURRENTLY idem_outbox_key_order;\n"
-	  . "VACUUM idem_outbox_queue;\n" } 1 .. 20));
+	  . "REINDEX INDEX CONCURRENTLY idem_outbox_claimed_claimable;\n"
+	  . "REINDEX INDEX CONCURRENTLY idem_outbox_claimed_key_order;\n"
+	  . "VACUUM idem_outbox_queue, idem_outbox_claimed;\n" } 1 .. 20));
 
 my %scripts = (
 	# Drainers: claim up to 5 with a lease of 1 to 30 ms, nap 0 to 40 ms,
@@ -115,9 +117,9 @@ $maintenance->quit;
 for my $round (1 .. 200)
 {
 	last if $node->safe_psql('postgres', q{
-		SELECT count(*) FROM idem_outbox_queue WHERE topic = 'storm' AND state = 'pending'}) == 0;
+		SELECT count(*) FROM idem_outbox WHERE topic = 'storm' AND state = 'pending'}) == 0;
 	$node->safe_psql('postgres', q{
-		UPDATE idem_outbox_queue SET available_at = clock_timestamp()
+		UPDATE idem_outbox_claimed SET available_at = clock_timestamp()
 		 WHERE topic = 'storm' AND state = 'pending' AND available_at > clock_timestamp();
 		WITH c AS (SELECT * FROM idem_outbox_claim(100, '1 min')),
 		     l AS (INSERT INTO claims SELECT claim_token, id, key, attempts, clock_timestamp(),
@@ -134,7 +136,7 @@ my %seen = map { split /\|/ } split /\n/, $node->safe_psql('postgres', q{
 	UNION ALL SELECT 'stale acks', count(*) FROM acks WHERE acked = 0
 	UNION ALL SELECT 'stale nacks', count(*) FROM nacks WHERE outcome = 'stale'
 	UNION ALL SELECT 'retries', count(*) FROM nacks WHERE outcome = 'retry'
-	UNION ALL SELECT 'dead', count(*) FROM idem_outbox_queue WHERE topic = 'storm' AND state = 'dead'});
+	UNION ALL SELECT 'dead', count(*) FROM idem_outbox WHERE topic = 'storm' AND state = 'dead'});
 note join(', ', map { "$_: $seen{$_}" } sort keys %seen);
 for my $what ('staged', 'taken over', 'stale acks', 'retries')
 {
@@ -185,15 +187,15 @@ is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM claims c
 		  JOIN staged e ON e.key = c.key AND e.id < c.id
 		  LEFT JOIN idem_outbox_archive a ON a.id = e.id
-		  LEFT JOIN idem_outbox_queue q ON q.id = e.id AND q.state = 'dead'
+		  LEFT JOIN idem_outbox q ON q.id = e.id AND q.state = 'dead'
 		 WHERE c.claimed_at <= coalesce(a.published_at, q.dead_at, 'infinity')}),
 	'0', 'per-key order: no event claimed before every earlier event of its key was finished');
 
 is( $node->safe_psql('postgres', q{
 		SELECT (SELECT count(*) FROM staged)
 		     - (SELECT count(*) FROM idem_outbox_archive WHERE topic = 'storm')
-		     - (SELECT count(*) FROM idem_outbox_queue WHERE topic = 'storm' AND state = 'dead'),
-		       (SELECT count(*) FROM idem_outbox_queue WHERE topic = 'storm' AND state = 'pending'),
+		     - (SELECT count(*) FROM idem_outbox WHERE topic = 'storm' AND state = 'dead'),
+		       (SELECT count(*) FROM idem_outbox WHERE topic = 'storm' AND state = 'pending'),
 		       (SELECT count(*) FROM staged s WHERE NOT EXISTS (
 		           SELECT FROM idem_outbox WHERE id = s.id))}),
 	'0|0|0', 'nothing lost: every staged event is archived or dead');
@@ -201,8 +203,10 @@ is( $node->safe_psql('postgres', q{
 is( $node->safe_psql('postgres', q{
 		SELECT bt_index_check(i::regclass, true)
 		  FROM unnest(ARRAY['idem_outbox_pkey', 'idem_outbox_claimable',
-		                    'idem_outbox_key_order', 'idem_outbox_archive_pkey']) i;
+		                    'idem_outbox_key_order', 'idem_outbox_claimed_pkey',
+		                    'idem_outbox_claimed_claimable', 'idem_outbox_claimed_key_order',
+		                    'idem_outbox_claimed_dead']) i;
 		SELECT 'ok'}),
-	"\n\n\n\nok", 'the queue\'s and the archive\'s B-trees pass bt_index_check');
+	"\n\n\n\n\n\n\nok", 'the queue\'s and the claimed table\'s B-trees pass bt_index_check');
 
 done_testing();

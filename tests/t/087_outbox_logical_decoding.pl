@@ -55,7 +55,7 @@ $node->safe_psql('postgres', q{
 	CREATE ROLE app LOGIN;
 	GRANT idem_client TO app;
 	CREATE PUBLICATION cdc_inserts FOR TABLE idem_outbox_queue WITH (publish = 'insert');
-	CREATE PUBLICATION cdc_all FOR TABLE idem_outbox_queue, idem_outbox_archive;
+	CREATE PUBLICATION cdc_all FOR TABLE idem_outbox_queue, idem_outbox_claimed;
 });
 app(q{SELECT idem_outbox_stage('orders', '{"n": 0}'::jsonb, key => 'order/1')});
 q1(q{SELECT pg_create_logical_replication_slot('po', 'pgoutput')});

@@ -20,7 +20,7 @@ plan skip_all => 'IDEM_OLD_INSTALL (the old major with pg_idem) is not set'
   unless $old_install;
 
 my $hash = "'\\x5feceb66ffc86f38d952786c6d696c79c2dbc239dd4e91b46729d73a27fb57e9'::bytea";
-my $tables = 'idem_keys, idem_outbox_queue, idem_outbox_archive, idem_inbox';
+my $tables = 'idem_keys, idem_outbox_queue, idem_outbox_claimed, idem_inbox';
 
 my $old = PostgreSQL::Test::Cluster->new('logical_old', install_path => $old_install);
 # (Not allows_streaming: the new major's test module would write settings
@@ -93,9 +93,9 @@ my $rows = "SELECT t, r FROM (
 	SELECT 'key' AS t, (cache_key, scope::regrole::text, state, request_hash, claim_id, generation,
 	        response_status, response_body)::text AS r FROM idem_keys
 	UNION ALL SELECT 'queue', (id, topic, payload, state)::text FROM idem_outbox_queue
-	UNION ALL SELECT 'archive', (id, topic, payload)::text FROM idem_outbox_archive) x ORDER BY 1, 2";
+	UNION ALL SELECT 'claimed', (id, topic, payload, state)::text FROM idem_outbox_claimed) x ORDER BY 1, 2";
 is($new->safe_psql('postgres', $rows), $old->safe_psql('postgres', $rows),
-	'every key, queued and archived event reached the new writer, each under its role');
+	'every key, queued, claimed and published event reached the new writer, each under its role');
 is($new->safe_psql('postgres', "SELECT count(*) FROM idem_keys WHERE convert_from(response_body, 'UTF8') LIKE 'load %'"),
 	'800', 'the 800 keys finalized under load are there');
 $new->safe_psql('postgres', 'ALTER SUBSCRIPTION idem_upgrade DISABLE');
@@ -113,7 +113,7 @@ is($svc_new->("SELECT idem_release(idem_key('a', 'POST', '/p', 'busy'), '$pendin
 my $taken = $svc_new->("SELECT generation FROM idem_claim(idem_key('a', 'POST', '/p', 'busy'), $hash)");
 cmp_ok($taken, '>', $replicated, "a take-over on the new writer gets a higher generation ($taken > $replicated)");
 my $max_id = $new->safe_psql('postgres',
-	'SELECT greatest((SELECT max(id) FROM idem_outbox_queue), (SELECT max(id) FROM idem_outbox_archive))');
+	'SELECT max(id) FROM idem_outbox');
 my $staged = $svc_new->("SELECT idem_outbox_stage('orders', '{\"n\": 22}'::jsonb)");
 cmp_ok($staged, '>', $max_id, "a new outbox event's id ($staged) is above every replicated id ($max_id)");
 is($svc_new->("SELECT string_agg(payload->>'n', ',' ORDER BY id) FROM idem_outbox_claim(10)"), '21,22',
