@@ -117,7 +117,7 @@ reset_variant() {   # VARIANT ROWS
     local payload
     payload=$(sed -n "s/.*'\({.*}\)'::jsonb.*/\1/p" "$SCRIPTS/stage1-floor.sql")
     case $1 in
-        pg_idem*|sql_edition) q -c "TRUNCATE idem_outbox_queue, idem_outbox_archive" \
+        pg_idem*|sql_edition) q -c "TRUNCATE idem_outbox_queue, idem_outbox_claimed" \
                     -c "INSERT INTO idem_outbox_queue (topic, payload, available_at, scope)
                         SELECT 'orders', '$payload', clock_timestamp(), current_user::text::regrole::oid
                           FROM generate_series(1, $2)" ;;
@@ -236,12 +236,15 @@ for v in $VARIANTS; do
     # What each step wrote, by record type (pg_waldump --stats=record).
     wal_records "$v" stage "$p0" "$p1"
     wal_records "$v" drain "$p1" "$p2"
-    left=$(q -c "SELECT count(*) FROM $(table_of "$v")")
+    case $v in
+        pg_idem*|sql_edition) left=$(q -c "SELECT count(*) FROM idem_outbox WHERE state <> 'published'") ;;
+        *) left=$(q -c "SELECT count(*) FROM $(table_of "$v")") ;;
+    esac
     [ "$left" = 0 ] || echo "warning: $v left $left events" >&2
     q -c "VACUUM $(table_of "$v")"
     case $v in
-        pg_idem*|sql_edition) q -c "VACUUM idem_outbox_archive"
-                  arch=$(q -c "SELECT pg_total_relation_size('idem_outbox_archive')") ;;
+        pg_idem*|sql_edition) q -c "VACUUM idem_outbox_claimed"
+                  arch=$(q -c "SELECT pg_total_relation_size('idem_outbox_claimed')") ;;
         pgmq) arch=$(q -c "SELECT pg_total_relation_size('pgmq.a_bench')") ;;
         *) arch=0 ;;
     esac

@@ -71,7 +71,7 @@ seed() {   # CELL VARIANT
     local rows=0
     case $1 in drain*) rows=$(((2 * M + WARMUP) * ${1#drain})) ;; esac
     case $2 in
-        pg_idem*) echo "TRUNCATE idem_outbox_queue, idem_outbox_archive;"
+        pg_idem*) echo "TRUNCATE idem_outbox_queue, idem_outbox_claimed;"
                   [ "$rows" -gt 0 ] && echo "INSERT INTO idem_outbox_queue (topic, payload, available_at, scope) SELECT 'orders', '$PAYLOAD', clock_timestamp(), current_user::regrole FROM generate_series(1, $rows);" ;;
         pgmq) echo "TRUNCATE pgmq.q_bench, pgmq.a_bench;"
               [ "$rows" -gt 0 ] && echo "INSERT INTO pgmq.q_bench (vt, message) SELECT clock_timestamp(), '$PAYLOAD' FROM generate_series(1, $rows);" ;;

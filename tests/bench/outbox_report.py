@@ -73,21 +73,23 @@ def load(cells_path, life_path):
 
 # What each WAL record of an event's life is for.
 RECORD_WHY = {
-    "Heap/INSERT": "the row (staged event; with the archive, the archived copy)",
+    "Heap/INSERT": "the row (the staged event; pg_idem's claim: the event moved into idem_outbox_claimed)",
     "Heap/INSERT+INIT": "the same, first row of a new page",
-    "Heap/UPDATE": "the claim's (pgmq: read's) new row version",
+    "Heap/UPDATE": "a new row version with new index entries (pgmq: read's; pg_idem: the ack's, "
+                   "a nack's or a re-claim's, which carries the changed bytes only when it stays "
+                   "on the row's page)",
     "Heap/UPDATE+INIT": "the same, into a new page",
     "Heap/HOT_UPDATE": "a new row version with no index change",
     "Heap/LOCK": "a row lock (FOR UPDATE), and the old version's mark before an update "
                  "moves the row to another page",
-    "Heap/DELETE": "the ack's (pgmq: delete's) removal of the row",
+    "Heap/DELETE": "a removal of the row: pg_idem's claim from the queue, the ack with the archive off (pgmq: delete's)",
     "Heap2/PRUNE": "page pruning of dead versions",
-    "Btree/INSERT_LEAF": "an index entry (primary key, claimable or vt index, archive key)",
+    "Btree/INSERT_LEAF": "an index entry (primary key, claimable or vt index; an ack's new primary key entry)",
     "Btree/INSERT_UPPER": "an index page split's parent entry",
     "Btree/SPLIT_L": "an index page split", "Btree/SPLIT_R": "an index page split",
     "Btree/DEDUP": "index deduplication", "Btree/NEWROOT": "a new index root",
     "Btree/DELETE": "index entries of dead rows removed",
-    "BRIN/SAMEPAGE_UPDATE": "the archive's published_at summary",
+    "BRIN/SAMEPAGE_UPDATE": "idem_outbox_claimed's published_at summary",
     "Transaction/COMMIT": "the commits", "Sequence/LOG": "the id sequence (one per 32 ids)",
 }
 

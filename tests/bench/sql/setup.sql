@@ -214,7 +214,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE format('TRUNCATE %s', tbl);
     IF tbl = 'idem_outbox_queue'::regclass THEN
-        TRUNCATE idem_outbox_archive;
+        TRUNCATE idem_outbox_claimed;
     END IF;
     IF kind = 'completed' THEN
         EXECUTE format($f$
