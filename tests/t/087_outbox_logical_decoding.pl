@@ -5,7 +5,7 @@
 #
 # A real server with wal_level = logical; a publication of the queue's
 # inserts only (the guide's) and one of every operation on the queue and
-# the archive; a pgoutput slot read with pg_logical_slot_peek_binary_changes
+# idem_outbox_claimed; a pgoutput slot read with pg_logical_slot_peek_binary_changes
 # (the wire format the connector reads, parsed below) and a test_decoding
 # slot.  Staged by an idem_client role: an event before the slots existed,
 # an unkeyed event, a keyed one, a batch, a rolled-back stage, a
@@ -13,7 +13,7 @@
 # for the first's commit), two keys committed in the other order than
 # their ids, and a payload large enough to be TOASTed.  Then, before
 # anything is read, every event is released through the API (claimed and
-# acked: archived) and the archive pruned.  Asserted:
+# acked: published) and the published events pruned.  Asserted:
 #  - the reader gets only committed events, each once, in commit order,
 #    one transaction per staging transaction, with id, topic, message_key
 #    and payload as staged (the router's id, route-by field, key and
@@ -24,13 +24,14 @@
 #    position);
 #  - the key-order slot lock writes nothing a reader sees;
 #  - with publish = 'insert' nothing else reaches the reader; with every
-#    operation published the claim is an UPDATE (which the router warns
-#    about), the ack a DELETE (which it filters) and an archive INSERT,
-#    the prune a DELETE; under the default replica identity (the primary
-#    key) a DELETE carries the id alone and a claim's UPDATE does not carry
-#    an unchanged TOASTed payload;
+#    operation published a first claim moves the event (a DELETE on the
+#    queue, which the router filters, and an INSERT on
+#    idem_outbox_claimed), the ack is an UPDATE there, the prune a DELETE
+#    there; under the default replica identity (the primary key) a DELETE
+#    carries the id alone and the ack's UPDATE does not carry an unchanged
+#    TOASTed payload;
 #  - REPLICA IDENTITY NOTHING on the queue makes every claim fail while a
-#    publication publishes its updates, and does not matter to an
+#    publication publishes its deletes, and does not matter to an
 #    insert-only one.
 use strict;
 use warnings;
@@ -127,7 +128,7 @@ my $toast = q1(q{SELECT reltoastrelid::regclass FROM pg_class WHERE oid = 'idem_
 cmp_ok(q1("SELECT count(*) FROM $toast"), '>', 0, 'the big payload is stored out of line');
 
 # Released before anything is read: claimed and acked through the API
-# (the guide's recipe), until nothing is left; then the archive pruned.
+# (the guide's recipe), until nothing is left; then the published pruned.
 my $released = 0;
 while (1)
 {
@@ -140,7 +141,7 @@ while (1)
 }
 is($released, 14, 'every committed event released through claim and ack');
 is(q1('SELECT count(*) FROM idem_outbox_queue'), '0', 'the queue is empty');
-cmp_ok(q1(q{SELECT idem_outbox_prune('0 seconds')}), '==', 14, 'the archive pruned');
+cmp_ok(q1(q{SELECT idem_outbox_prune('0 seconds')}), '==', 14, 'the published events pruned');
 
 # The commit order, by payload "n"; the event staged before the slots and
 # the rolled-back one are in no stream.
@@ -189,19 +190,23 @@ my %count;
 $count{"$_->{op} $_->{rel}"}++ for @all;
 is_deeply(\%count, {
 		'I public.idem_outbox_queue'   => 13,
-		'U public.idem_outbox_queue'   => 14,
 		'D public.idem_outbox_queue'   => 14,
-		'I public.idem_outbox_archive' => 14,
-		'D public.idem_outbox_archive' => 14 },
-	'all operations: claims are updates, acks deletes and archive inserts, the prune deletes');
+		'I public.idem_outbox_claimed' => 14,
+		'U public.idem_outbox_claimed' => 14,
+		'D public.idem_outbox_claimed' => 14 },
+	'all operations: claims move (queue deletes, claimed inserts), acks are updates, the prune deletes');
 my ($delete) = grep { $_->{op} eq 'D' && $_->{rel} eq 'public.idem_outbox_queue' } @all;
 is($delete->{old_kind}, 'K', 'a delete carries the replica identity (the primary key) ...');
 is(join(',', grep { defined $delete->{old}{$_} } sort keys %{ $delete->{old} }), 'id',
 	'... and of it only the id: no topic, key or payload');
-my ($claim) = grep { $_->{op} eq 'U' && ($_->{new}{id} // '') eq $id{13} } @all;
-is($claim->{new}{payload}, '<unchanged TOAST>',
-	"a claim's update does not carry the unchanged TOASTed payload");
-is($claim->{new}{state}, 'pending', 'a claimed event is still pending in the update');
+my ($moved) = grep { $_->{op} eq 'I' && $_->{rel} eq 'public.idem_outbox_claimed'
+	  && ($_->{new}{id} // '') eq $id{13} } @all;
+is(md5_hex($moved->{new}{payload}), $big_md5, "the claim's move carries the event whole");
+is($moved->{new}{state}, 'pending', '... pending, leased');
+my ($ack) = grep { $_->{op} eq 'U' && ($_->{new}{id} // '') eq $id{13} } @all;
+is($ack->{new}{payload}, '<unchanged TOAST>',
+	"an ack's update does not carry the unchanged TOASTed payload");
+is($ack->{new}{state}, 'published', "the ack's update says published");
 
 ### test_decoding: the key slots and the rolled-back stage.
 
@@ -211,15 +216,15 @@ my $decoded = q1(q{
 unlike($decoded, qr/idem_outbox_key_slots/, 'the key slot lock is no change: never decoded');
 unlike($decoded, qr/\{"n": 99\}/, 'the rolled-back stage is never decoded');
 like($decoded, qr/UPDATE: .*payload\[jsonb\]:unchanged-toast-datum/,
-	'test_decoding too shows the claim without the TOASTed payload');
+	'test_decoding too shows the ack without the TOASTed payload');
 
 ### REPLICA IDENTITY.
 
 app(q{SELECT idem_outbox_stage('orders', '{"n": 14}'::jsonb)});
 q1('ALTER TABLE idem_outbox_queue REPLICA IDENTITY NOTHING');
 my ($rc, $out, $err) = $node->psql('postgres', 'SET ROLE app; SELECT count(*) FROM idem_outbox_claim(10)');
-like($err, qr/does not have a replica identity and publishes updates/,
-	'REPLICA IDENTITY NOTHING: a claim fails while a publication publishes updates');
+like($err, qr/does not have a replica identity and publishes deletes/,
+	'REPLICA IDENTITY NOTHING: a claim fails while a publication publishes deletes');
 q1('DROP PUBLICATION cdc_all');
 is(app('SELECT count(*) FROM idem_outbox_claim(10)'), '1',
 	'with the inserts-only publication, the replica identity does not matter');

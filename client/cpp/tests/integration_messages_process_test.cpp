@@ -249,8 +249,8 @@ TEST(KilledProcesses, DrainerKilledMidBatchLosesNothing)
             if (starts_with(l, "published "))
                 killed.insert(std::stoll(l.substr(10)));
     }
-    pg::result leased = query("SELECT id, max(available_at) OVER ()::text FROM idem_outbox_queue"
-                              " WHERE claim_token IS NOT NULL AND $1 <> ''",
+    pg::result leased = query("SELECT id, max(available_at) OVER ()::text FROM idem_outbox_claimed"
+                              " WHERE state = 'pending' AND claim_token IS NOT NULL AND $1 <> ''",
                               std::string("x"));
     ASSERT_FALSE(leased.empty());
     for (std::size_t i = 0; i < leased.size(); ++i)
@@ -296,7 +296,7 @@ TEST(KilledProcesses, DrainerKilledMidBatchLosesNothing)
             << e.id;
     }
     EXPECT_EQ(query("SELECT count(*) FROM idem_outbox_archive WHERE topic = $1", std::string("procs")).get_int(0, 0), 300);
-    EXPECT_EQ(query("SELECT count(*) FROM idem_outbox_queue WHERE $1 <> ''", std::string("x")).get_int(0, 0), 0);
+    EXPECT_EQ(query("SELECT count(*) FROM idem_outbox WHERE state <> 'published' AND $1 <> ''", std::string("x")).get_int(0, 0), 0);
 }
 
 TEST(KilledProcesses, StalledDrainersLateAckChangesNothing)
