@@ -140,8 +140,8 @@ def test_a_relay_killed_mid_batch_loses_nothing(empty_outbox):
     assert r.wait_for(lambda line: line.startswith("published") and len(r.out) >= 150), r.out[-3:]
     r.kill()
     killed = {int(line.split()[1]) for line in r.out if line.startswith("published")}
-    leased = rows(dsn, "SELECT id, available_at FROM idem_outbox_claimed WHERE state = 'pending' AND claim_token IS NOT NULL"
-                  " ORDER BY id")
+    leased = rows(dsn, "SELECT id, available_at FROM idem_outbox_claimed"
+                       " WHERE state = 'pending' AND claim_token IS NOT NULL ORDER BY id")
     batch = {i for i, _ in leased}  # the batch it was in: held by its lease
     lease_end = max(t for _, t in leased)
     acked = killed - batch
