@@ -9,14 +9,16 @@
  * a re-claim replaces the token, so a drainer whose lease expired and
  * whose rows were taken over changes nothing.
  *
- * Both act on idem_outbox_claimed, where the event's first claim moved it
- * (on 0.5.0's tables, in the queue: outbox_queue.c).  An ack marks the
- * event published in place (or deletes it, idem.outbox_archive = off):
- * the table keeps half of each page free, so the new version goes on the
- * row's own page and its WAL record carries the changed bytes, not a
- * second copy of the event; its entry in the claimable index is left to
- * VACUUM.  A nack rewrites the row the same way: the backoff as
- * available_at, the error, no token.
+ * Both act where the claim put the event: in idem_outbox_claimed, where a
+ * claim moves it with idem.outbox_archive on (the default), or in the
+ * queue, where it leases it in place with the archive off (and on
+ * 0.5.0's tables: outbox_queue.c).  An ack marks the event published in
+ * place, or deletes it with the archive off: idem_outbox_claimed keeps
+ * half of each page free, so the new version goes on the row's own page
+ * and its WAL record carries the changed bytes, not a second copy of the
+ * event; its entry in the claimable index is left to VACUUM.  A nack
+ * rewrites the row the same way: the backoff as available_at, the error,
+ * no token.
  *
  * Both run on the direct path (table/direct_table.c), row by row as their
  * SQL forms (0.4.0's) did: each id is probed in the primary key with the
@@ -50,34 +52,88 @@
 PG_FUNCTION_INFO_V1(idem_outbox_ack);
 PG_FUNCTION_INFO_V1(idem_outbox_nack);
 
-/* The call's view of the claimed events: the open table and a row's columns. */
+/*
+ * The call's view of the claimed events: the tables an event may be in
+ * (the likelier first: where this session's claims put them), and the
+ * row read last, with its table and columns.
+ */
 typedef struct Drain
 {
-	DirectTable *claimed;
+	DirectTable *tables[2];
+	bool		fresh[2];		/* the next read of each takes a new snapshot */
+	int			ntables;
 	Oid			scope;
 	pg_uuid_t  *token;
-	bool		fresh;			/* the next read takes a new snapshot */
+	DirectTable *table;			/* the table of the row read last */
+	HeapTuple	row;			/* that row, deformed into values */
 	Datum	   *values;
 	bool	   *nulls;
-	HeapTuple	row;			/* the row read last, deformed into values */
 } Drain;
 
-#define COLUMN(drain, c) ((drain)->values[direct_attnum((drain)->claimed, (c)) - 1])
-#define IS_NULL(drain, c) ((drain)->nulls[direct_attnum((drain)->claimed, (c)) - 1])
+#define COLUMN(drain, c) ((drain)->values[direct_attnum((drain)->table, (c)) - 1])
+#define IS_NULL(drain, c) ((drain)->nulls[direct_attnum((drain)->table, (c)) - 1])
 
 static void
 drain_open(Drain *drain, FunctionCallInfo fcinfo, Oid namespace)
 {
+	DirectTable *queue;
+	DirectTable *claimed;
+	int			natts;
+
 	/* The caller's scope: before the open, which acts as the table's owner. */
 	drain->scope = idem_current_scope();
-	drain->claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
-	if (drain->claimed == NULL)
-		drain->claimed = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
+	queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
+	claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
+	drain->ntables = claimed != NULL ? 2 : 1;
+	drain->tables[0] = claimed != NULL && idem_outbox_archive ? claimed : queue;
+	drain->tables[1] = drain->tables[0] == queue ? claimed : queue;
+	drain->fresh[0] = drain->fresh[1] = true;
 	drain->token = PG_GETARG_UUID_P(0);
-	drain->fresh = true;
-	drain->values = palloc(sizeof(Datum) * direct_natts(drain->claimed));
-	drain->nulls = palloc(sizeof(bool) * direct_natts(drain->claimed));
+	natts = Max(direct_natts(queue), claimed != NULL ? direct_natts(claimed) : 0);
+	drain->values = palloc(sizeof(Datum) * natts);
+	drain->nulls = palloc(sizeof(bool) * natts);
+	drain->table = NULL;
 	drain->row = NULL;
+}
+
+static void
+drain_close(Drain *drain)
+{
+	int			i;
+
+	for (i = drain->ntables - 1; i >= 0; i--)
+		direct_close(drain->tables[i]);
+}
+
+/* A concurrent transaction changed the row first: read again, afresh. */
+static void
+drain_read_afresh(Drain *drain)
+{
+	drain->fresh[0] = drain->fresh[1] = true;
+}
+
+/* Read the event with this id from whichever table holds it (ids are unique across both). */
+static bool
+read_event(Drain *drain, Datum id)
+{
+	int			i;
+
+	for (i = 0; i < drain->ntables; i++)
+	{
+		DirectTable *table = drain->tables[i];
+
+		direct_scan_begin(table, 1, &id, drain->fresh[i]);
+		drain->fresh[i] = false;
+		drain->row = direct_scan_next(table);
+		direct_scan_end(table);
+		if (drain->row != NULL)
+		{
+			drain->table = table;
+			direct_deform(table, drain->row, drain->values, drain->nulls);
+			return true;
+		}
+	}
+	return false;
 }
 
 /*
@@ -90,13 +146,8 @@ read_held(Drain *drain, Datum id)
 {
 	Oid			scope;
 
-	direct_scan_begin(drain->claimed, 1, &id, drain->fresh);
-	drain->fresh = false;
-	drain->row = direct_scan_next(drain->claimed);
-	direct_scan_end(drain->claimed);
-	if (drain->row == NULL)
+	if (!read_event(drain, id))
 		return false;
-	direct_deform(drain->claimed, drain->row, drain->values, drain->nulls);
 	/*
 	 * A NULL state or scope (a DBA's hand edit, NOT NULL dropped) is held
 	 * by no claim: read as a value it crashed the backend, or gave the
@@ -121,11 +172,11 @@ publish(Drain *drain)
 	ItemPointerData new_tid;
 
 	if (!idem_outbox_archive)
-		return direct_delete(drain->claimed, &drain->row->t_self);
-	(void) direct_new_row(drain->claimed, drain->row);
-	direct_set(drain->claimed, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_PUBLISHED_NAME), false);
-	direct_set(drain->claimed, QUEUE_PUBLISHED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
-	return direct_update(drain->claimed, &drain->row->t_self, &new_tid);
+		return direct_delete(drain->table, &drain->row->t_self);
+	(void) direct_new_row(drain->table, drain->row);
+	direct_set(drain->table, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_PUBLISHED_NAME), false);
+	direct_set(drain->table, QUEUE_PUBLISHED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	return direct_update(drain->table, &drain->row->t_self, &new_tid);
 }
 
 /* qsort comparator for int64 ids. */
@@ -193,10 +244,10 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 				break;
 			}
 			/* Changed first by a concurrent transaction: read its newest version. */
-			drain.fresh = true;
+			drain_read_afresh(&drain);
 		}
 	}
-	direct_close(drain.claimed);
+	drain_close(&drain);
 
 	idem_count(IDEM_STAT_OUTBOX_ACKED, acked);
 	if (requested > acked)
@@ -255,21 +306,21 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		TimestampTz now = GetCurrentTimestamp();
 		ItemPointerData new_tid;
 
-		(void) direct_new_row(drain.claimed, drain.row);
-		direct_set(drain.claimed, QUEUE_LAST_ERROR, PG_GETARG_DATUM(2), false);
-		direct_set(drain.claimed, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
+		(void) direct_new_row(drain.table, drain.row);
+		direct_set(drain.table, QUEUE_LAST_ERROR, PG_GETARG_DATUM(2), false);
+		direct_set(drain.table, QUEUE_CLAIM_TOKEN, (Datum) 0, true);
 		if (is_dead)
 		{
-			direct_set(drain.claimed, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
-			direct_set(drain.claimed, QUEUE_DEAD_AT, TimestampTzGetDatum(now), false);
+			direct_set(drain.table, QUEUE_STATE, CStringGetTextDatum(IDEM_OUTBOX_DEAD_NAME), false);
+			direct_set(drain.table, QUEUE_DEAD_AT, TimestampTzGetDatum(now), false);
 		}
 		else
-			direct_set(drain.claimed, QUEUE_AVAILABLE_AT,
+			direct_set(drain.table, QUEUE_AVAILABLE_AT,
 					   TimestampTzGetDatum(idem_time_plus(now, backoff)), false);
-		if (direct_update(drain.claimed, &drain.row->t_self, &new_tid) != DIRECT_WRITTEN)
+		if (direct_update(drain.table, &drain.row->t_self, &new_tid) != DIRECT_WRITTEN)
 		{
 			/* Changed first by a concurrent transaction: read its newest version. */
-			drain.fresh = true;
+			drain_read_afresh(&drain);
 			continue;
 		}
 		result[1] = Int32GetDatum(attempts);
@@ -290,7 +341,7 @@ idem_outbox_nack(PG_FUNCTION_ARGS)
 		idem_wake_after_commit(IDEM_OUTBOX_CHANNEL());
 		break;
 	}
-	direct_close(drain.claimed);
+	drain_close(&drain);
 	if (outcome == IDEM_NACK_STALE)
 		idem_count(IDEM_STAT_OUTBOX_ACK_STALE, 1);
 

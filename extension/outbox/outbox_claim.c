@@ -2,15 +2,16 @@
  *
  * outbox_claim.c
  *	  The outbox's drainer side, part one: the claim.  Acks and nacks are
- *	  in outbox_ack.c, the archive's prune in outbox_prune.c.
+ *	  in outbox_ack.c, the prune in outbox_prune.c.
  *
  * Drainers claim batches in short transactions of their own and publish
  * with no transaction open.  A claim leases at most batch claimable
  * events to a random claim token, counts the attempt, and returns them.
  * The lease is stored in available_at, the column that also holds the
  * staging delay and the nack backoff: "claimable" is then a single range
- * condition, state = 'pending' AND available_at <= now, served by one
- * partial index on (scope, available_at, id), and a drainer that dies
+ * condition, state = 'pending' AND available_at <= now, served by a
+ * partial index on (scope, available_at, id) of each of the outbox's two
+ * tables, and a drainer that dies
  * simply lets its rows' leases run out.
  *
  * The claim runs on the direct path (table/direct_table.c): no planner and
@@ -24,8 +25,11 @@
  *	UPDATE idem_outbox_queue SET <lease, or dead> WHERE id IN (own, shared)
  *
  * that is: walk idem_outbox_claimable from the caller's scope's earliest
- * due event, skip a row whose key has an earlier pending event (the probe
- * of idem_outbox_key_order), and take the rest until the batch is full:
+ * due event, merged with idem_outbox_claimed_claimable (the events of
+ * idem_outbox_claimed due again: an expired lease, a nack's backoff) by
+ * (available_at, id), skip a row whose key has an earlier pending event
+ * in either table (the probes of both key order indexes), and take the
+ * rest until the batch is full:
  * lock each FOR UPDATE SKIP LOCKED (a row another transaction holds is
  * skipped, never waited for; a row changed since the snapshot is locked in
  * its newest version, which is checked again, as EvalPlanQual would), and
@@ -38,12 +42,15 @@
  * no-wait update instead of a lock is not an option: heapam does not
  * support heap_update without waiting.)
  *
- * WAL: a lease's new version goes where the table has room (the queue's
- * pages are full, so another page: the record carries the whole row, and
- * a Heap/LOCK record marks the old version first, after the FOR UPDATE's
- * own), and an entry in each index: pgmq's read writes the same records.
- * docs/benchmarks.md's outbox section has the account by record type, and
- * why the queue keeps the default fillfactor.
+ * Where the lease goes: an event of the queue moves to idem_outbox_claimed
+ * (idem.outbox_archive on, the default): its row there, the whole event,
+ * with an entry in each of that table's indexes, and the queue row's
+ * delete, a small record; pgmq's read writes about as much (a new version
+ * on another page).  The ack then marks it published on its own page
+ * (outbox_ack.c), with no second copy.  With the archive off, and for an
+ * event already in idem_outbox_claimed, the lease is a new version of the
+ * row where it is.  docs/benchmarks.md's outbox section has the account
+ * by record type, and why the queue keeps the default fillfactor.
  *
  * Per-key order is per (scope, key): a row is claimable only if no
  * earlier row of the same scope and key is still pending (waiting, leased
@@ -196,23 +203,35 @@ claimable(Claim *claim, DirectTable *table, HeapTuple row, Oid scope)
 }
 
 /*
- * The new version of a taken event, in the table it will be in: the
- * claimed table's row for an event of the queue (every column copied:
- * the claim moves it), or the same row's next version.  claim->values
- * holds the locked row, deformed (claimable's last call).
+ * Where a taken event's new version goes: an event of the queue moves to
+ * idem_outbox_claimed with the archive on, so that its ack writes no
+ * second copy of it there (outbox_ack.c); with the archive off the ack
+ * deletes it, and a move would only write it again (a TOASTed payload
+ * too), so it is leased in place, as before 0.6.0.  An event of
+ * idem_outbox_claimed stays there.
+ */
+static DirectTable *
+destination(Claim *claim, DirectTable *from)
+{
+	return from == claim->queue && idem_outbox_archive ? claim->claimed : from;
+}
+
+/*
+ * The new version of a taken event, in the table it will be in: a new
+ * row of every column copied for a move, or the same row's next version.
+ * claim->values holds the locked row, deformed (claimable's last call).
  */
 static TupleTableSlot *
-next_version(Claim *claim, DirectTable *from, HeapTuple row)
+next_version(Claim *claim, DirectTable *from, DirectTable *to, HeapTuple row)
 {
 	TupleTableSlot *slot;
 	int			c;
 
-	if (from == claim->claimed)
+	if (from == to)
 		return direct_new_row(from, row);
-	slot = direct_new_row(claim->claimed, NULL);
+	slot = direct_new_row(to, NULL);
 	for (c = 0; c < QUEUE_NCOLUMNS; c++)
-		direct_set(claim->claimed, c, claim->values[COLUMN(from, c)],
-				   claim->nulls[COLUMN(from, c)]);
+		direct_set(to, c, claim->values[COLUMN(from, c)], claim->nulls[COLUMN(from, c)]);
 	return slot;
 }
 
@@ -220,9 +239,9 @@ next_version(Claim *claim, DirectTable *from, HeapTuple row)
  * Lease a claimable version of an event to the claim, or, if its attempts
  * are used up (its last attempt's lease ran out), mark it dead, never to
  * be handed out again.  The row is locked by the claim (direct_lock), so
- * no concurrent write can come first.  An event of the queue moves to
- * idem_outbox_claimed: its row there is inserted (the whole event, once,
- * as pgmq's read writes it) and its queue row deleted (a small record).
+ * no concurrent write can come first.  An event that moves to
+ * idem_outbox_claimed is inserted there (the whole event, once, as
+ * pgmq's read writes it) and deleted from the queue (a small record).
  */
 static void
 take(Claim *claim, DirectTable *from, HeapTuple row)
@@ -232,8 +251,8 @@ take(Claim *claim, DirectTable *from, HeapTuple row)
 		QUEUE_HEADERS, QUEUE_ATTEMPTS, QUEUE_CREATED_AT, QUEUE_CLAIM_TOKEN,
 		QUEUE_AVAILABLE_AT
 	};
-	DirectTable *to = claim->claimed;
-	TupleTableSlot *slot = next_version(claim, from, row);
+	DirectTable *to = destination(claim, from);
+	TupleTableSlot *slot = next_version(claim, from, to, row);
 	Datum	   *v = slot->tts_values;
 	bool	   *n = slot->tts_isnull;
 	int32		attempts = DatumGetInt32(v[COLUMN(to, QUEUE_ATTEMPTS)]);

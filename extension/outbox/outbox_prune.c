@@ -102,7 +102,7 @@ idem_outbox_prune(PG_FUNCTION_ARGS)
 	batch = idem_outbox_batch_arg(fcinfo, 1, PRUNE_MAX_BATCH);
 
 	SPI_connect();
-	if (OidIsValid(get_relname_relid(idem_outbox_claimed_table.relname, namespace)))
+	if (idem_outbox_has_claimed(namespace))
 		steps[0] = &prune_published, steps[1] = &prune_dead, steps[2] = &prune_queue;
 	else
 		steps[0] = &prune_archive_0_5, steps[1] = &prune_queue;

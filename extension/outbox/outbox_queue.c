@@ -23,6 +23,9 @@
 
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
+#include "commands/extension.h"
 #include "utils/lsyscache.h"
 
 static const DirectColumn queue_columns[QUEUE_NCOLUMNS] = {
@@ -70,13 +73,38 @@ DIRECT_TABLE_INDEXED("idem_outbox_claimed", queue_columns, QUEUE_NCOLUMNS,
 					 claimed_indexes, QUEUE_NINDEXES);
 
 /*
+ * Has the schema idem_outbox_claimed (false: 0.5.0's tables)?  A table of
+ * that name that is not pg_idem's (planted in a schema others may create
+ * in) is refused: the prune would delete from it, and fire its triggers,
+ * as the caller.
+ */
+bool
+idem_outbox_has_claimed(Oid namespace)
+{
+	Oid			relid = get_relname_relid(idem_outbox_claimed_table.relname, namespace);
+	Oid			extension;
+
+	if (!OidIsValid(relid))
+		return false;
+	extension = getExtensionOfObject(RelationRelationId, relid);
+	if (!OidIsValid(extension) || strcmp(get_extension_name(extension), "pg_idem") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table %s does not belong to extension pg_idem",
+						idem_outbox_claimed_table.relname),
+				 errdetail("Schema \"%s\" has a table %s that is not pg_idem's.",
+						   get_namespace_name(namespace), idem_outbox_claimed_table.relname)));
+	return true;
+}
+
+/*
  * Open idem_outbox_claimed, or return NULL when the schema is 0.5.0's,
  * which has none (the caller then leases and publishes in the queue).
  */
 DirectTable *
 idem_outbox_open_claimed(Oid namespace, DirectAccess access)
 {
-	if (!OidIsValid(get_relname_relid(idem_outbox_claimed_table.relname, namespace)))
+	if (!idem_outbox_has_claimed(namespace))
 		return NULL;
 	return direct_open(&idem_outbox_claimed_table, namespace, access);
 }

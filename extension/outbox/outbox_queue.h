@@ -48,6 +48,7 @@ enum
 extern DirectTableDef idem_outbox_queue;
 extern DirectTableDef idem_outbox_claimed_table;
 
+extern bool idem_outbox_has_claimed(Oid namespace);
 extern DirectTable *idem_outbox_open_claimed(Oid namespace, DirectAccess access);
 
 /* Is a state column's value this state? */

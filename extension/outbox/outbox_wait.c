@@ -31,6 +31,7 @@
 #include "core/statements.h"
 #include "core/wakeup.h"
 #include "outbox/outbox.h"
+#include "outbox/outbox_queue.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -270,8 +271,7 @@ idem_outbox_view_write(PG_FUNCTION_ARGS)
 	schema = quote_identifier(get_namespace_name(idem_function_namespace(fcinfo)));
 
 	SPI_connect();
-	has_claimed = OidIsValid(get_relname_relid("idem_outbox_claimed",
-											   idem_function_namespace(fcinfo)));
+	has_claimed = idem_outbox_has_claimed(idem_function_namespace(fcinfo));
 	changed = edit_row(schema, "idem_outbox_queue", false, old, new, desc) ||
 		(has_claimed ? edit_row(schema, "idem_outbox_claimed", false, old, new, desc) :
 		 edit_row(schema, "idem_outbox_archive", true, old, new, desc));
