@@ -23,7 +23,7 @@ $$;
 CREATE FUNCTION pg_temp.events() RETURNS TABLE (name text, in_table text, state text,
                                                   attempts integer, leased boolean)
 LANGUAGE sql AS $$
-  SELECT payload->>'name', 'queue', state, attempts, claim_token IS NOT NULL
+  SELECT payload->>'name', 'queue', state, attempts, state = 'pending' AND claim_token IS NOT NULL
     FROM idem_outbox_queue WHERE topic = 'ob.off'
   UNION ALL
   SELECT payload->>'name', 'claimed', state, attempts, state = 'pending' AND claim_token IS NOT NULL

@@ -59,6 +59,8 @@ PG_FUNCTION_INFO_V1(idem_outbox_nack);
  */
 typedef struct Drain
 {
+	DirectTable *queue;			/* opened first, closed last */
+	DirectTable *claimed;		/* NULL on 0.5.0's tables */
 	DirectTable *tables[2];
 	bool		fresh[2];		/* the next read of each takes a new snapshot */
 	int			ntables;
@@ -82,8 +84,8 @@ drain_open(Drain *drain, FunctionCallInfo fcinfo, Oid namespace)
 
 	/* The caller's scope: before the open, which acts as the table's owner. */
 	drain->scope = idem_current_scope();
-	queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
-	claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
+	queue = drain->queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
+	claimed = drain->claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
 	drain->ntables = claimed != NULL ? 2 : 1;
 	drain->tables[0] = claimed != NULL && idem_outbox_archive ? claimed : queue;
 	drain->tables[1] = drain->tables[0] == queue ? claimed : queue;
@@ -96,13 +98,13 @@ drain_open(Drain *drain, FunctionCallInfo fcinfo, Oid namespace)
 	drain->row = NULL;
 }
 
+/* In the reverse order of the opens: each close restores the user the open replaced. */
 static void
 drain_close(Drain *drain)
 {
-	int			i;
-
-	for (i = drain->ntables - 1; i >= 0; i--)
-		direct_close(drain->tables[i]);
+	if (drain->claimed != NULL)
+		direct_close(drain->claimed);
+	direct_close(drain->queue);
 }
 
 /* A concurrent transaction changed the row first: read again, afresh. */
