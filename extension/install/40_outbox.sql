@@ -134,6 +134,10 @@ CREATE INDEX idem_outbox_claimed_key_order ON idem_outbox_claimed (key_hash, id)
 -- The prune's range scan: events are published in about published_at order.
 CREATE INDEX idem_outbox_claimed_published_at ON idem_outbox_claimed
     USING brin (published_at);
+-- The prune's and the redrive's dead events: few, and an ack or a nack
+-- that does not kill adds no entry.
+CREATE INDEX idem_outbox_claimed_dead ON idem_outbox_claimed (dead_at)
+    WHERE state = 'dead';
 
 SELECT pg_catalog.pg_extension_config_dump('idem_outbox_queue', '');
 SELECT pg_catalog.pg_extension_config_dump('idem_outbox_claimed', '');
