@@ -156,6 +156,16 @@ SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
 COMMENT ON VIEW idem_outbox IS
     'pg_idem: every outbox event, never claimed or claimed (the idem_outbox table of 0.2.0)';
 
+-- 0.5.0's archive, as a view: the published events, with the archive's
+-- columns, for the queries and dashboards written against the table.
+CREATE VIEW idem_outbox_archive AS
+SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, attempts,
+       last_error, available_at, claim_token, created_at, published_at, scope
+  FROM idem_outbox_claimed
+ WHERE state = 'published';
+COMMENT ON VIEW idem_outbox_archive IS
+    'pg_idem: published outbox events, kept for idem.outbox_retention (a table until 0.5.0; rows of idem_outbox_claimed since 0.6.0)';
+
 -- Hand edits through the view land where the row is.  The extension never
 -- writes through it; its callers need the privileges on the tables.
 CREATE FUNCTION idem_outbox_view_write()
