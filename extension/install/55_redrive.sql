@@ -416,7 +416,8 @@ SELECT q.scope::pg_catalog.regrole AS scope, q.topic, q.message_key AS key,
         UNION ALL
         SELECT c.scope, c.topic, c.message_key, c.state, c.claim_token, c.available_at, c.created_at, c.dead_at
           FROM @extschema@.idem_outbox_claimed c
-         WHERE c.state OPERATOR(pg_catalog.<>) 'published'::pg_catalog.text) q
+         WHERE c.state OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
+            OR c.state OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text) q
  GROUP BY q.scope, q.topic, q.message_key;
 COMMENT ON VIEW @extschema@.idem_outbox_stuck IS
     'unpublished outbox events per scope, topic and key: dead, waiting, lease expired, leased, delayed, and the longest overdue';

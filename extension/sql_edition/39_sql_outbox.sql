@@ -566,11 +566,11 @@ $function$
 -- The prune (outbox_prune.c), admin only, as the tables' owner: at most
 -- batch events finished before now - older_than, first the published
 -- ones of idem_outbox_claimed (by published_at, which its BRIN index
--- serves), then its dead ones (and published ones a hand edit left
--- without published_at), then those a hand edit left in the queue.  Each
--- step locks what it picked (SKIP LOCKED: a row a claim, an ack or a
--- redrive holds is left for the next pass) and deletes it only if the
--- newest version is still finished.
+-- serves), then its dead ones (by dead_at, its partial index's), then
+-- published or dead ones a hand edit left in the queue.  Each step locks
+-- what it picked (SKIP LOCKED: a row a claim, an ack or a redrive holds
+-- is left for the next pass) and deletes it only if the newest version is
+-- still finished.
 -- @symbol idem_outbox_prune
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $function$
@@ -579,6 +579,7 @@ DECLARE
     v_batch ALIAS FOR $2;
     v_deleted pg_catalog.int8;
     v_more pg_catalog.int8 := 0;
+    v_cutoff pg_catalog.timestamptz;
 BEGIN
     {{null_arg(v_older_than, 1, older_than, 'idem_outbox_prune')}}
     IF v_older_than < '0'::pg_catalog.interval THEN
@@ -590,24 +591,24 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'batch must be between 1 and 1000000',
             DETAIL = pg_catalog.format('The batch given is %s.', v_batch);
     END IF;
+    -- A value, not clock_timestamp() in the scans: an index condition.
+    v_cutoff := pg_catalog.clock_timestamp() - v_older_than;
     WITH picked AS MATERIALIZED (
         SELECT c.id FROM @extschema@.idem_outbox_claimed c
-         WHERE c.state = 'published' AND c.published_at < pg_catalog.clock_timestamp() - v_older_than
+         WHERE c.state = 'published' AND c.published_at < v_cutoff
          LIMIT v_batch FOR UPDATE SKIP LOCKED)
     DELETE FROM @extschema@.idem_outbox_claimed c
      WHERE c.id = ANY (ARRAY(SELECT b.id FROM picked b))
-       AND c.state = 'published' AND c.published_at < pg_catalog.clock_timestamp() - v_older_than;
+       AND c.state = 'published' AND c.published_at < v_cutoff;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     IF v_deleted < v_batch THEN
         WITH picked AS MATERIALIZED (
             SELECT c.id FROM @extschema@.idem_outbox_claimed c
-             WHERE c.state IN ('published', 'dead')
-               AND COALESCE(c.published_at, c.dead_at) < pg_catalog.clock_timestamp() - v_older_than
+             WHERE c.state = 'dead' AND c.dead_at < v_cutoff
              LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
         DELETE FROM @extschema@.idem_outbox_claimed c
          WHERE c.id = ANY (ARRAY(SELECT b.id FROM picked b))
-           AND c.state IN ('published', 'dead')
-           AND COALESCE(c.published_at, c.dead_at) < pg_catalog.clock_timestamp() - v_older_than;
+           AND c.state = 'dead' AND c.dead_at < v_cutoff;
         GET DIAGNOSTICS v_more = ROW_COUNT;
         v_deleted := v_deleted + v_more;
         v_more := 0;
@@ -616,12 +617,12 @@ BEGIN
         WITH picked AS MATERIALIZED (
             SELECT q.id FROM @extschema@.idem_outbox_queue q
              WHERE q.state IN ('published', 'dead')
-               AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than
+               AND COALESCE(q.published_at, q.dead_at) < v_cutoff
              LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
         DELETE FROM @extschema@.idem_outbox_queue q
          WHERE q.id = ANY (ARRAY(SELECT b.id FROM picked b))
            AND q.state IN ('published', 'dead')
-           AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than;
+           AND COALESCE(q.published_at, q.dead_at) < v_cutoff;
         GET DIAGNOSTICS v_more = ROW_COUNT;
     END IF;
     RETURN v_deleted + v_more;
@@ -728,7 +729,8 @@ BEGIN
                       FROM @extschema@.idem_outbox_queue q
                     UNION ALL
                     SELECT c.topic, c.state, c.created_at, c.available_at, c.claim_token, c.scope
-                      FROM @extschema@.idem_outbox_claimed c) o,
+                      FROM @extschema@.idem_outbox_claimed c
+                     WHERE c.state = 'pending' OR c.state = 'dead') o,
                    LATERAL (SELECT CASE WHEN o.state = 'dead' THEN 'dead'
                                         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN 'ready'
                                         WHEN o.claim_token IS NOT NULL THEN 'leased'
