@@ -14,12 +14,12 @@ GRANT ALL ON got TO ob_tx_client;
 CREATE FUNCTION pg_temp.queue() RETURNS TABLE (payload jsonb, attempts integer, leased boolean)
 LANGUAGE sql AS $$
   SELECT payload, attempts, claim_token IS NOT NULL FROM idem_outbox
-   WHERE topic = 'ob.tx' ORDER BY id
+   WHERE topic = 'ob.tx' AND state <> 'published' ORDER BY id
 $$;
 CREATE FUNCTION pg_temp.release() RETURNS void
 LANGUAGE sql AS $$
   UPDATE idem_outbox_claimed SET available_at = clock_timestamp(), claim_token = NULL
-   WHERE topic = 'ob.tx'
+   WHERE topic = 'ob.tx' AND state <> 'published'
 $$;
 
 SET ROLE ob_tx_client;
