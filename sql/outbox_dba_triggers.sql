@@ -2,15 +2,18 @@
 -- claim, ack and nack (no SQL statement runs them): each is honoured as
 -- the SQL statements of 0.4.0 honoured it, or refused with 0A000; never
 -- silently skipped, and never an event lost or handed out twice.
---  * AFTER row triggers on the queue fire for every lease (UPDATE, with the
---    changed columns: UPDATE OF claim_token fires), nack (UPDATE) and ack
---    (DELETE); statement triggers fire once per call that writes;
---  * a BEFORE row trigger on the queue (UPDATE or DELETE, enabled or not)
---    and a rule are refused: they could change or keep a row after pg_idem
---    decided on it, and nothing is leased or published then;
---  * the archive's BEFORE INSERT trigger may change or skip the row, as it
---    could the INSERT of 0.4.0's ack, and one that fails fails the ack:
---    the event stays held by its token, and a later ack publishes it.
+--  * AFTER row triggers fire for every write: a first lease moves the
+--    event (DELETE from the queue, INSERT into idem_outbox_claimed), a
+--    later lease, a nack and an ack update it in idem_outbox_claimed
+--    (with the changed columns: UPDATE OF claim_token fires for a lease);
+--    statement triggers fire once per call that writes;
+--  * a BEFORE row trigger (the queue's DELETE, idem_outbox_claimed's
+--    UPDATE, enabled or not) and a rule are refused: they could change or
+--    keep a row after pg_idem decided on it, and nothing is leased or
+--    published then;
+--  * idem_outbox_claimed's BEFORE INSERT trigger may change the row a
+--    first lease moves there, and one that fails (or skips the row) fails
+--    the claim: the event stays in the queue, and a later claim takes it.
 -- Trigger functions run as the queue's owner, as pg_idem's writes do.
 CREATE ROLE ob_trg_client LOGIN IN ROLE idem_client;
 CREATE TEMP TABLE parked AS
@@ -56,16 +59,20 @@ RESET ROLE;
 --
 -- AFTER triggers and statement triggers: honoured.
 --
-CREATE TRIGGER ob_trg_lease AFTER UPDATE OF claim_token ON idem_outbox_queue
+CREATE TRIGGER ob_trg_moved AFTER DELETE ON idem_outbox_queue
     FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
-CREATE TRIGGER ob_trg_ack AFTER DELETE ON idem_outbox_queue
+CREATE TRIGGER ob_trg_lease AFTER INSERT OR UPDATE OF claim_token ON idem_outbox_claimed
+    FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
+CREATE TRIGGER ob_trg_ack AFTER UPDATE OF state ON idem_outbox_claimed
     FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
 CREATE TRIGGER ob_trg_before_stmt BEFORE UPDATE OR DELETE ON idem_outbox_queue
     FOR EACH STATEMENT EXECUTE FUNCTION public.ob_trg_note();
 CREATE TRIGGER ob_trg_after_stmt AFTER UPDATE OR DELETE ON idem_outbox_queue
     FOR EACH STATEMENT EXECUTE FUNCTION public.ob_trg_note();
-CREATE TRIGGER ob_trg_archived AFTER INSERT ON idem_outbox_archive
-    FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
+CREATE TRIGGER ob_trg_claimed_before_stmt BEFORE INSERT OR UPDATE OR DELETE ON idem_outbox_claimed
+    FOR EACH STATEMENT EXECUTE FUNCTION public.ob_trg_note();
+CREATE TRIGGER ob_trg_claimed_after_stmt AFTER INSERT OR UPDATE OR DELETE ON idem_outbox_claimed
+    FOR EACH STATEMENT EXECUTE FUNCTION public.ob_trg_note();
 SET ROLE ob_trg_client;
 SELECT * FROM pg_temp.claim();
 RESET ROLE;
@@ -82,89 +89,102 @@ SELECT n.outcome FROM claimed c, idem_outbox_nack(c.token, c.id, 'no broker') n
 SELECT count(*) AS claimed FROM idem_outbox_claim(10);
 RESET ROLE;
 SELECT * FROM pg_temp.log();
-DROP TRIGGER ob_trg_lease ON idem_outbox_queue;
-DROP TRIGGER ob_trg_ack ON idem_outbox_queue;
+DROP TRIGGER ob_trg_moved ON idem_outbox_queue;
+DROP TRIGGER ob_trg_lease ON idem_outbox_claimed;
+DROP TRIGGER ob_trg_ack ON idem_outbox_claimed;
 DROP TRIGGER ob_trg_before_stmt ON idem_outbox_queue;
 DROP TRIGGER ob_trg_after_stmt ON idem_outbox_queue;
-DROP TRIGGER ob_trg_archived ON idem_outbox_archive;
+DROP TRIGGER ob_trg_claimed_before_stmt ON idem_outbox_claimed;
+DROP TRIGGER ob_trg_claimed_after_stmt ON idem_outbox_claimed;
 TRUNCATE claimed;
-UPDATE idem_outbox_queue SET available_at = clock_timestamp() WHERE topic = 'ob.trg';
+UPDATE idem_outbox_claimed SET available_at = clock_timestamp() WHERE topic = 'ob.trg';
 
 --
 -- BEFORE row triggers on the queue, and rules: refused, nothing written.
 --
-CREATE TRIGGER ob_trg_before_update BEFORE UPDATE ON idem_outbox_queue
+CREATE TRIGGER ob_trg_before_update BEFORE UPDATE ON idem_outbox_claimed
     FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
 SET ROLE ob_trg_client;
 SELECT * FROM pg_temp.claim();
 RESET ROLE;
 -- Disabled, it is refused all the same (it could be enabled at any time).
-ALTER TABLE idem_outbox_queue DISABLE TRIGGER ob_trg_before_update;
+ALTER TABLE idem_outbox_claimed DISABLE TRIGGER ob_trg_before_update;
 SET ROLE ob_trg_client;
 SELECT * FROM pg_temp.claim();
 RESET ROLE;
-DROP TRIGGER ob_trg_before_update ON idem_outbox_queue;
-SELECT payload, attempts, claim_token IS NULL AS unclaimed FROM idem_outbox_queue
- WHERE topic = 'ob.trg';
+DROP TRIGGER ob_trg_before_update ON idem_outbox_claimed;
+SELECT payload, attempts, claim_token IS NULL AS unclaimed FROM idem_outbox_claimed
+ WHERE topic = 'ob.trg' AND state = 'pending';
 SET ROLE ob_trg_client;
 SELECT * FROM pg_temp.claim();
 RESET ROLE;
-CREATE TRIGGER ob_trg_before_update BEFORE UPDATE ON idem_outbox_queue
+CREATE TRIGGER ob_trg_before_update BEFORE UPDATE ON idem_outbox_claimed
     FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
 SET ROLE ob_trg_client;
 SELECT n.outcome FROM claimed c, idem_outbox_nack(c.token, c.id, 'no broker') n;
 RESET ROLE;
-DROP TRIGGER ob_trg_before_update ON idem_outbox_queue;
-CREATE TRIGGER ob_trg_before_delete BEFORE DELETE ON idem_outbox_queue
+DROP TRIGGER ob_trg_before_update ON idem_outbox_claimed;
+CREATE TRIGGER ob_trg_before_update BEFORE UPDATE ON idem_outbox_claimed
     FOR EACH ROW EXECUTE FUNCTION public.ob_trg_note();
 SET ROLE ob_trg_client;
 SELECT idem_outbox_ack(token, ARRAY[id]) AS acked FROM claimed;
 RESET ROLE;
-DROP TRIGGER ob_trg_before_delete ON idem_outbox_queue;
-CREATE RULE ob_trg_rule AS ON DELETE TO idem_outbox_queue
+DROP TRIGGER ob_trg_before_update ON idem_outbox_claimed;
+CREATE RULE ob_trg_rule AS ON UPDATE TO idem_outbox_claimed
     DO ALSO INSERT INTO public.ob_trg_log (what) VALUES ('rule');
 SET ROLE ob_trg_client;
 SELECT idem_outbox_ack(token, ARRAY[id]) AS acked FROM claimed;
 RESET ROLE;
-DROP RULE ob_trg_rule ON idem_outbox_queue;
+DROP RULE ob_trg_rule ON idem_outbox_claimed;
 -- Still held by its claim, unpublished.
 SELECT payload, state, claim_token = c.token AS held FROM idem_outbox o JOIN claimed c USING (payload)
  WHERE o.topic = 'ob.trg';
 SELECT * FROM pg_temp.log();
 
---
--- The archive's BEFORE INSERT triggers: honoured; a failing one fails the
--- ack, and the event is still held and published by the next ack.
---
-CREATE FUNCTION public.ob_trg_archive_fails() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-  RAISE EXCEPTION 'archive refused by its trigger';
-END $$;
-CREATE TRIGGER ob_trg_archive_fails BEFORE INSERT ON idem_outbox_archive
-    FOR EACH ROW EXECUTE FUNCTION public.ob_trg_archive_fails();
+-- Published by a plain ack, now that nothing refuses it.
 SET ROLE ob_trg_client;
 SELECT idem_outbox_ack(token, ARRAY[id]) AS acked FROM claimed;
 RESET ROLE;
-SELECT payload, state, claim_token = c.token AS held FROM idem_outbox o JOIN claimed c USING (payload)
- WHERE o.topic = 'ob.trg';
-DROP TRIGGER ob_trg_archive_fails ON idem_outbox_archive;
-CREATE FUNCTION public.ob_trg_archive_scrub() RETURNS trigger
+TRUNCATE claimed;
+
+--
+-- idem_outbox_claimed's BEFORE INSERT triggers (a first lease): honoured;
+-- a failing one fails the claim, and the event stays in the queue,
+-- unclaimed, for the next claim.
+--
+SET ROLE ob_trg_client;
+SELECT idem_outbox_stage('ob.trg', '{"n": 3}'::jsonb) > 0 AS third;
+RESET ROLE;
+CREATE FUNCTION public.ob_trg_claimed_fails() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-  NEW.payload := '{"scrubbed": true}';
+  RAISE EXCEPTION 'claim refused by its trigger';
+END $$;
+CREATE TRIGGER ob_trg_claimed_fails BEFORE INSERT ON idem_outbox_claimed
+    FOR EACH ROW EXECUTE FUNCTION public.ob_trg_claimed_fails();
+SET ROLE ob_trg_client;
+SELECT * FROM pg_temp.claim();
+RESET ROLE;
+SELECT payload, state, attempts, claim_token IS NULL AS unclaimed FROM idem_outbox_queue
+ WHERE topic = 'ob.trg';
+DROP TRIGGER ob_trg_claimed_fails ON idem_outbox_claimed;
+CREATE FUNCTION public.ob_trg_claimed_scrub() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  NEW.headers := '{"scrubbed": true}';
   RETURN NEW;
 END $$;
-CREATE TRIGGER ob_trg_archive_scrub BEFORE INSERT ON idem_outbox_archive
-    FOR EACH ROW EXECUTE FUNCTION public.ob_trg_archive_scrub();
+CREATE TRIGGER ob_trg_claimed_scrub BEFORE INSERT ON idem_outbox_claimed
+    FOR EACH ROW EXECUTE FUNCTION public.ob_trg_claimed_scrub();
 SET ROLE ob_trg_client;
+SELECT * FROM pg_temp.claim();
 SELECT idem_outbox_ack(token, ARRAY[id]) AS acked FROM claimed;
 RESET ROLE;
-SELECT payload, state FROM idem_outbox WHERE topic = 'ob.trg' ORDER BY id;
-DROP TRIGGER ob_trg_archive_scrub ON idem_outbox_archive;
+SELECT payload, headers, state FROM idem_outbox WHERE topic = 'ob.trg' ORDER BY id;
+DROP TRIGGER ob_trg_claimed_scrub ON idem_outbox_claimed;
 
-DROP FUNCTION public.ob_trg_archive_fails();
-DROP FUNCTION public.ob_trg_archive_scrub();
+DROP FUNCTION public.ob_trg_claimed_fails();
+DROP FUNCTION public.ob_trg_claimed_scrub();
 DROP FUNCTION public.ob_trg_note();
 DROP TABLE public.ob_trg_log;
 DELETE FROM idem_outbox WHERE topic = 'ob.trg';
