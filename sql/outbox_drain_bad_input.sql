@@ -49,7 +49,7 @@ SELECT pg_temp.refused($$SELECT * FROM idem_outbox_claim(1, 'infinity')$$) AS in
        pg_temp.refused($$SELECT * FROM idem_outbox_claim(1, '-infinity')$$) AS minus_infinite_lease;
 -- None of those leased anything.
 RESET ROLE;
-SELECT payload, attempts, claim_token IS NULL AS unclaimed FROM idem_outbox_queue
+SELECT payload, attempts, claim_token IS NULL AS unclaimed FROM idem_outbox
  WHERE topic = 'ob.bad' ORDER BY id;
 SET ROLE ob_bad_client;
 -- A NULL lease is idem.lease's (30 s); 1 ms and idem.max_lease are the bounds.
@@ -60,7 +60,7 @@ SELECT payload FROM claimed;
 RESET ROLE;
 SELECT available_at BETWEEN :'before_claim'::timestamptz + interval '30 s'
                         AND clock_timestamp() + interval '30 s' AS lease_30s
-  FROM idem_outbox_queue WHERE topic = 'ob.bad' AND claim_token IS NOT NULL;
+  FROM idem_outbox_claimed WHERE topic = 'ob.bad' AND claim_token IS NOT NULL;
 SET ROLE ob_bad_client;
 BEGIN;
 SELECT count(*) AS one_ms_lease FROM idem_outbox_claim(1, '1 millisecond');
@@ -108,9 +108,9 @@ SELECT n.* FROM claimed c, idem_outbox_nack(c.token, (SELECT min(id) FROM events
 -- An empty error text is an error text; a long one is kept whole.
 SELECT n.outcome, n.attempts FROM claimed c, idem_outbox_nack(c.token, c.id, '') n;
 RESET ROLE;
-SELECT last_error = '' AS empty_error_kept FROM idem_outbox_queue
+SELECT last_error = '' AS empty_error_kept FROM idem_outbox_claimed
  WHERE topic = 'ob.bad' AND payload = '{"n": 2}';
-UPDATE idem_outbox_queue SET available_at = clock_timestamp()
+UPDATE idem_outbox_claimed SET available_at = clock_timestamp()
  WHERE topic = 'ob.bad' AND payload = '{"n": 2}';
 SET ROLE ob_bad_client;
 TRUNCATE claimed;
@@ -119,13 +119,13 @@ SELECT n.outcome, n.attempts FROM claimed c, idem_outbox_nack(c.token, c.id, rep
 -- Twice: the first released the event.
 SELECT n.outcome FROM claimed c, idem_outbox_nack(c.token, c.id, 'again') n;
 RESET ROLE;
-SELECT length(last_error) AS error_length FROM idem_outbox_queue
+SELECT length(last_error) AS error_length FROM idem_outbox_claimed
  WHERE topic = 'ob.bad' AND payload = '{"n": 2}';
 
 -- Every event accounted for: the first published once, the key's head
 -- backing off after two attempts, the key's second held back by it.
 SELECT payload, state, attempts FROM idem_outbox WHERE topic = 'ob.bad' ORDER BY id;
-SELECT count(*) AS archived_rows FROM idem_outbox_archive WHERE topic = 'ob.bad';
+SELECT count(*) AS archived_rows FROM idem_outbox_claimed WHERE topic = 'ob.bad' AND state = 'published';
 
 DELETE FROM idem_outbox WHERE topic = 'ob.bad';
 UPDATE idem_outbox_queue q SET available_at = p.available_at FROM parked p WHERE q.id = p.id;

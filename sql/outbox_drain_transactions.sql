@@ -13,13 +13,13 @@ GRANT ALL ON got TO ob_tx_client;
 -- The queue as the oracle sees it; and every event due again, unleased.
 CREATE FUNCTION pg_temp.queue() RETURNS TABLE (payload jsonb, attempts integer, leased boolean)
 LANGUAGE sql AS $$
-  SELECT payload, attempts, claim_token IS NOT NULL FROM idem_outbox_queue
-   WHERE topic = 'ob.tx' ORDER BY id
+  SELECT payload, attempts, claim_token IS NOT NULL FROM idem_outbox
+   WHERE topic = 'ob.tx' AND state <> 'published' ORDER BY id
 $$;
 CREATE FUNCTION pg_temp.release() RETURNS void
 LANGUAGE sql AS $$
-  UPDATE idem_outbox_queue SET available_at = clock_timestamp(), claim_token = NULL
-   WHERE topic = 'ob.tx'
+  UPDATE idem_outbox_claimed SET available_at = clock_timestamp(), claim_token = NULL
+   WHERE topic = 'ob.tx' AND state <> 'published'
 $$;
 
 SET ROLE ob_tx_client;
@@ -62,7 +62,9 @@ RESET ROLE;
 SELECT * FROM pg_temp.queue();
 
 -- An error inside a call (here a trigger refusing the lease, after the row
--- was locked), in a savepoint: the next call in the same transaction works.
+-- was locked: the first lease inserts the event into idem_outbox_claimed,
+-- a later one updates it there), in a savepoint: the next call in the same
+-- transaction works.
 CREATE FUNCTION public.ob_tx_refuse() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -71,7 +73,7 @@ BEGIN
   END IF;
   RETURN NULL;
 END $$;
-CREATE TRIGGER ob_tx_refuse AFTER UPDATE ON idem_outbox_queue
+CREATE TRIGGER ob_tx_refuse AFTER INSERT OR UPDATE ON idem_outbox_claimed
     FOR EACH ROW EXECUTE FUNCTION public.ob_tx_refuse();
 SET ROLE ob_tx_client;
 BEGIN;
@@ -81,7 +83,7 @@ ROLLBACK TO SAVEPOINT s;
 SELECT payload FROM idem_outbox_claim(2) ORDER BY id;
 COMMIT;
 RESET ROLE;
-DROP TRIGGER ob_tx_refuse ON idem_outbox_queue;
+DROP TRIGGER ob_tx_refuse ON idem_outbox_claimed;
 DROP FUNCTION public.ob_tx_refuse();
 SELECT * FROM pg_temp.queue();
 SELECT pg_temp.release();

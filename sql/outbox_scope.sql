@@ -94,7 +94,7 @@ RESET ROLE;
 -- Admins see every scope through the view (and the tables).
 SET ROLE idem_admin;
 SELECT topic, scope::regrole, state FROM idem_outbox WHERE topic LIKE 'obs.%' ORDER BY id;
-SELECT count(*) >= 0 AS admin_reads_tables FROM idem_outbox_queue, idem_outbox_archive;
+SELECT count(*) >= 0 AS admin_reads_tables FROM idem_outbox_queue, idem_outbox_claimed;
 RESET ROLE;
 DELETE FROM idem_outbox WHERE topic LIKE 'obs.%';
 SELECT count(*) AS left_over FROM idem_outbox WHERE topic LIKE 'obs.%';
@@ -143,7 +143,7 @@ INSERT INTO tokens SELECT 'a', id, claim_token FROM idem_outbox_claim(10);
 SELECT idem_outbox_ack(token, ARRAY[id]) AS acked FROM tokens;
 RESET ROLE;
 SELECT (SELECT count(*) FROM idem_outbox_queue WHERE topic = 'obs.ack') AS queued,
-       (SELECT count(*) FROM idem_outbox_archive WHERE topic = 'obs.ack') AS archived,
+       (SELECT count(*) FROM idem_outbox_claimed WHERE topic = 'obs.ack' AND state = 'published') AS archived,
        (SELECT state || ' ' || attempts || ' ' || scope::regrole FROM idem_outbox WHERE topic = 'obs.ack') AS seen;
 TRUNCATE tokens;
 SET ROLE ob_svc_a;
@@ -160,7 +160,7 @@ RESET idem.outbox_archive;
 TRUNCATE tokens;
 -- Hand edits through the view reach both tables; prune empties both.
 UPDATE idem_outbox SET last_error = 'edited' WHERE topic = 'obs.ack';
-SELECT last_error FROM idem_outbox_archive WHERE topic = 'obs.ack';
+SELECT last_error FROM idem_outbox_claimed WHERE topic = 'obs.ack' AND state = 'published';
 SELECT pg_temp.err($$INSERT INTO idem_outbox (topic, payload, available_at) VALUES ('obs.x', '{}', now())$$);
 SELECT idem_outbox_prune('0', 1000000) >= 1 AS pruned;
 SELECT count(*) AS left_over FROM idem_outbox WHERE topic LIKE 'obs.%';

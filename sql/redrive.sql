@@ -33,7 +33,7 @@ CREATE FUNCTION pg_temp.events(ids bigint[]) RETURNS TABLE (n int, state text, a
 LANGUAGE sql AS $$
   SELECT array_position(ids, q.id), q.state, q.attempts, q.last_error, q.dead_at IS NOT NULL,
          q.claim_token IS NOT NULL, q.available_at <= clock_timestamp()
-    FROM idem_outbox_queue q WHERE q.id = ANY (ids) ORDER BY 1
+    FROM idem_outbox q WHERE q.id = ANY (ids) ORDER BY 1
 $$;
 
 -- Service a: two events of key k1, one of k2, one without a key; all die.
@@ -177,7 +177,7 @@ SELECT count(*) > 0 AS admin_pruned FROM gone;
 RESET ROLE;
 
 DELETE FROM idem_outbox_queue WHERE scope IN ('rd_svc_a'::regrole, 'rd_svc_b'::regrole);
-DELETE FROM idem_outbox_archive WHERE scope IN ('rd_svc_a'::regrole, 'rd_svc_b'::regrole);
+DELETE FROM idem_outbox_claimed WHERE scope IN ('rd_svc_a'::regrole, 'rd_svc_b'::regrole);
 DELETE FROM idem_inbox WHERE scope IN ('rd_svc_a'::regrole, 'rd_svc_b'::regrole);
 DROP ROLE rd_svc_a, rd_svc_b, rd_ops;
 RESET idem.outbox_max_attempts;

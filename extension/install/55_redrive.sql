@@ -23,7 +23,9 @@
 --
 -- What a redrive does:
 --  * A dead outbox event becomes pending from a clean slate: attempts 0
---    (idem.outbox_max_attempts counts again), no claim token, due now.
+--    (idem.outbox_max_attempts counts again), no claim token, due now,
+--    where it is: in idem_outbox_claimed (a claim or a nack killed it
+--    there), or in the queue (a hand edit put it there).
 --    It keeps its id -- consumers that deduplicate by it (an inbox keyed
 --    by the event's id) see the same message -- and last_error, its
 --    history, until a new failure replaces it.
@@ -220,7 +222,11 @@ BEGIN
     -- lock them (40_outbox.sql, idem_outbox_key_slots).
     v_slots := ARRAY(SELECT DISTINCT ((((pg_catalog.get_byte(q.key_hash, 0) << 8) | pg_catalog.get_byte(q.key_hash, 1))
                                        # (s_scope::pg_catalog.int8 & 16383)::pg_catalog.int4) & 16383)
-                       FROM @extschema@.idem_outbox_queue q
+                       FROM (SELECT d.id, d.topic, d.key_hash, d.dead_at, d.scope, d.state
+                               FROM @extschema@.idem_outbox_claimed d
+                             UNION ALL
+                             SELECT d.id, d.topic, d.key_hash, d.dead_at, d.scope, d.state
+                               FROM @extschema@.idem_outbox_queue d) q
                       WHERE q.scope = s_scope AND q.state = 'dead' AND q.key_hash IS NOT NULL
                         AND (args.id IS NULL OR q.id = args.id) AND (args.topic IS NULL OR q.topic = args.topic)
                         AND (args.key IS NULL OR q.key_hash = v_hash)
@@ -228,10 +234,22 @@ BEGIN
                         AND (args.dead_before IS NULL OR q.dead_at < args.dead_before)
                       ORDER BY 1);
     PERFORM FROM @extschema@.idem_outbox_key_slots ks WHERE ks.slot = ANY (v_slots) ORDER BY ks.slot FOR UPDATE;
-    -- The chosen events locked (a concurrent redrive or prune of one goes
-    -- first or waits: the newest version must still be dead), each with
-    -- the earliest later unpublished event of its key, which holds it.
-    WITH chosen AS MATERIALIZED (
+    -- The chosen events locked, in each table (a concurrent redrive or
+    -- prune of one goes first or waits: the newest version must still be
+    -- dead), each with the earliest later unpublished event of its key in
+    -- either table, which holds it.
+    WITH chosen_claimed AS MATERIALIZED (
+        SELECT q.id, q.topic, q.message_key, q.key_hash FROM @extschema@.idem_outbox_claimed q
+         WHERE q.scope = s_scope AND q.state = 'dead'
+           AND (args.id IS NULL OR q.id = args.id) AND (args.topic IS NULL OR q.topic = args.topic)
+           AND (args.key IS NULL OR q.key_hash = v_hash)
+           AND (args.dead_since IS NULL OR q.dead_at >= args.dead_since)
+           AND (args.dead_before IS NULL OR q.dead_at < args.dead_before)
+           AND (q.key_hash IS NULL
+                OR ((((pg_catalog.get_byte(q.key_hash, 0) << 8) | pg_catalog.get_byte(q.key_hash, 1))
+                     # (s_scope::pg_catalog.int8 & 16383)::pg_catalog.int4) & 16383) = ANY (v_slots))
+         ORDER BY q.id FOR UPDATE),
+    chosen_queue AS MATERIALIZED (
         SELECT q.id, q.topic, q.message_key, q.key_hash FROM @extschema@.idem_outbox_queue q
          WHERE q.scope = s_scope AND q.state = 'dead'
            AND (args.id IS NULL OR q.id = args.id) AND (args.topic IS NULL OR q.topic = args.topic)
@@ -241,15 +259,26 @@ BEGIN
            AND (q.key_hash IS NULL
                 OR ((((pg_catalog.get_byte(q.key_hash, 0) << 8) | pg_catalog.get_byte(q.key_hash, 1))
                      # (s_scope::pg_catalog.int8 & 16383)::pg_catalog.int4) & 16383) = ANY (v_slots))
-         ORDER BY q.id FOR UPDATE)
+         ORDER BY q.id FOR UPDATE),
+    chosen AS (SELECT c.* FROM chosen_claimed c UNION ALL SELECT c.* FROM chosen_queue c)
     SELECT ARRAY(SELECT ROW(c.id, c.topic, c.message_key, h.held_by IS NULL, h.held_by)::@extschema@.idem_outbox_redrive_result
                    FROM chosen c
-                   LEFT JOIN LATERAL (SELECT pg_catalog.min(l.id) AS held_by FROM @extschema@.idem_outbox_queue l
-                                       WHERE c.key_hash IS NOT NULL AND l.key_hash = c.key_hash AND l.id > c.id
-                                         AND l.state = 'pending' AND l.scope = s_scope) h ON true
+                   LEFT JOIN LATERAL (SELECT pg_catalog.min(l.id) AS held_by
+                                        FROM (SELECT p.id FROM @extschema@.idem_outbox_claimed p
+                                               WHERE p.key_hash = c.key_hash AND p.id > c.id
+                                                 AND p.state = 'pending' AND p.scope = s_scope
+                                              UNION ALL
+                                              SELECT p.id FROM @extschema@.idem_outbox_queue p
+                                               WHERE p.key_hash = c.key_hash AND p.id > c.id
+                                                 AND p.state = 'pending' AND p.scope = s_scope) l
+                                       WHERE c.key_hash IS NOT NULL) h ON true
                   ORDER BY c.id)
       INTO v_out;
     v_ids := ARRAY(SELECT o.id FROM pg_catalog.unnest(v_out) AS o WHERE o.redriven ORDER BY o.id);
+    UPDATE @extschema@.idem_outbox_claimed q
+       SET state = 'pending', attempts = 0, claim_token = NULL, dead_at = NULL,
+           available_at = pg_catalog.clock_timestamp()
+     WHERE q.id = ANY (v_ids) AND q.scope = s_scope AND q.state = 'dead';
     UPDATE @extschema@.idem_outbox_queue q
        SET state = 'pending', attempts = 0, claim_token = NULL, dead_at = NULL,
            available_at = pg_catalog.clock_timestamp()
@@ -353,13 +382,14 @@ COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(pg_catalog.text, pg_catalog.t
     'make the caller''s dead inbox messages that the filters choose (or all_dead) processable again, audited';
 
 -- What is stuck, for operators (idem_admin, like the other operator
--- views): every scope's rows, each named by its scope.  Per topic and key
--- (the key itself: admins read the queue anyway), the unpublished events:
--- dead ones, waiting ones (due and not leased: claimable, or held back by
--- an earlier event of their key), leases that ran out (a drainer that died
--- or stalled: due again), leased and delayed ones, and how long the
--- longest overdue has been due.  A key with dead events and later ones
--- waiting is where a redrive is held.
+-- views): every scope's rows, each named by its scope, from both tables
+-- of the outbox (not the published events idem_outbox_claimed keeps).
+-- Per topic and key (the key itself: admins read the tables anyway), the
+-- unpublished events: dead ones, waiting ones (due and not leased:
+-- claimable, or held back by an earlier event of their key), leases that
+-- ran out (a drainer that died or stalled: due again), leased and delayed
+-- ones, and how long the longest overdue has been due.  A key with dead
+-- events and later ones waiting is where a redrive is held.
 CREATE VIEW @extschema@.idem_outbox_stuck AS
 SELECT q.scope::pg_catalog.regrole AS scope, q.topic, q.message_key AS key,
        pg_catalog.count(*) FILTER (WHERE q.state OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text) AS dead,
@@ -381,7 +411,13 @@ SELECT q.scope::pg_catalog.regrole AS scope, q.topic, q.message_key AS key,
            pg_catalog.min(q.available_at) FILTER (WHERE q.state OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
                                                     AND q.available_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp())
            AS longest_due_for
-  FROM @extschema@.idem_outbox_queue q
+  FROM (SELECT u.scope, u.topic, u.message_key, u.state, u.claim_token, u.available_at, u.created_at, u.dead_at
+          FROM @extschema@.idem_outbox_queue u
+        UNION ALL
+        SELECT c.scope, c.topic, c.message_key, c.state, c.claim_token, c.available_at, c.created_at, c.dead_at
+          FROM @extschema@.idem_outbox_claimed c
+         WHERE c.state OPERATOR(pg_catalog.=) 'pending'::pg_catalog.text
+            OR c.state OPERATOR(pg_catalog.=) 'dead'::pg_catalog.text) q
  GROUP BY q.scope, q.topic, q.message_key;
 COMMENT ON VIEW @extschema@.idem_outbox_stuck IS
     'unpublished outbox events per scope, topic and key: dead, waiting, lease expired, leased, delayed, and the longest overdue';

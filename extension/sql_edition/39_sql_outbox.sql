@@ -1,15 +1,20 @@
 -- The SQL edition of the outbox (outbox/outbox_stage.c, outbox_claim.c,
 -- outbox_ack.c, outbox_prune.c, outbox_wait.c): the same rows, staged in
--- the caller's transaction, claimed in batches FOR UPDATE SKIP LOCKED
--- under a fenced lease, acked into the archive, per-key order kept.
+-- the caller's transaction into idem_outbox_queue, claimed in batches FOR
+-- UPDATE SKIP LOCKED under a fenced lease (the first claim moves an event
+-- into idem_outbox_claimed, a later one updates it there), acked by
+-- marking it published where it is, per-key order kept across both tables.
 --
--- The C edition walks the queue's indexes directly; this one states the
--- same thing in SQL, as 0.4.0 did: the batch is picked in a MATERIALIZED
--- CTE (SKIP LOCKED under IN (...) may return more than the limit), a row
+-- The C edition walks the tables' indexes directly; this one states the
+-- same thing in SQL, as 0.4.0 did: the batch is picked in MATERIALIZED
+-- CTEs (SKIP LOCKED under IN (...) may return more than the limit), a row
 -- changed since the snapshot is followed to its newest version and
--- checked again by FOR UPDATE, and the ack's DELETE and the nack's UPDATE
--- re-check token, state and scope against the newest version.  Nothing
--- wakes an idle drainer (no shared memory): idem_outbox_wait polls.
+-- checked again by FOR UPDATE, and the ack's UPDATE (or DELETE) and the
+-- nack's UPDATE re-check token, state and scope against the newest
+-- version.  Every snapshot finds an event in exactly one of the two
+-- tables: its claim's DELETE from the queue and INSERT into
+-- idem_outbox_claimed commit together.  Nothing wakes an idle drainer (no
+-- shared memory): idem_outbox_wait polls.
 -- (The request-path functions reach their idem__* functions through
 -- casts; 21_sql_claims.sql says why.)
 
@@ -80,7 +85,7 @@ END IF;
 -- @snippet outbox_ids_catch_up()
 IF pg_catalog.current_setting('idem_sql.outbox_ids_checked', true) IS DISTINCT FROM 'yes' THEN
     SELECT GREATEST((SELECT pg_catalog.max(q.id) FROM @extschema@.idem_outbox_queue q),
-                    (SELECT pg_catalog.max(a.id) FROM @extschema@.idem_outbox_archive a))
+                    (SELECT pg_catalog.max(c.id) FROM @extschema@.idem_outbox_claimed c))
       INTO c_highest;
     IF c_highest > COALESCE(pg_catalog.pg_sequence_last_value('@extschema@.idem_outbox_id_seq'::pg_catalog.regclass), 0) THEN
         LOCK TABLE @extschema@.idem_outbox_queue IN SHARE UPDATE EXCLUSIVE MODE;
@@ -257,6 +262,30 @@ END
 $function$
 -- @end
 
+-- Per-key order's probe: is an event of o's scope and key with a lower
+-- id pending in either table?  An event not yet claimed is in the queue,
+-- one leased or backing off in idem_outbox_claimed, and a claim moves an
+-- event between them in one transaction, so a snapshot finds a pending
+-- earlier event in one table or the other.  o is a row of either table.
+-- @snippet outbox_key_held(o)
+(EXISTS (SELECT FROM @extschema@.idem_outbox_queue e
+          WHERE e.key_hash = %o%.key_hash AND e.state = 'pending' AND e.scope = %o%.scope AND e.id < %o%.id)
+ OR EXISTS (SELECT FROM @extschema@.idem_outbox_claimed e
+             WHERE e.key_hash = %o%.key_hash AND e.state = 'pending' AND e.scope = %o%.scope AND e.id < %o%.id))
+-- @end
+
+-- A claim's candidates in one table (the queue, or idem_outbox_claimed
+-- for events whose lease ran out or whose backoff passed): at most limit
+-- claimable events of the scope, in the order they became claimable,
+-- locked, skipping those another transaction holds.  Host declares v_now.
+-- @snippet outbox_claimable(tbl, scope, limit)
+SELECT c.id, c.available_at FROM @extschema@.%tbl% c
+ WHERE c.scope = %scope% AND c.state = 'pending' AND c.available_at <= v_now
+   AND (c.key_hash IS NULL OR NOT {{outbox_key_held(c)}})
+ ORDER BY c.available_at, c.id
+ LIMIT %limit% FOR UPDATE SKIP LOCKED
+-- @end
+
 -- @before idem_outbox_claim
 CREATE TYPE @extschema@.idem__outbox_claim_call AS (
     batch pg_catalog.int4, lease pg_catalog.interval, caller @extschema@.idem__caller);
@@ -268,6 +297,14 @@ CREATE TYPE @extschema@.idem__outbox_claimed AS (
 -- shared scope of events from before 0.3.0) to a fresh token, counting
 -- the attempt; one whose attempts are used up (its last lease ran out)
 -- goes dead instead, never to be handed out again.  In id order.
+--
+-- Each table gives at most batch candidates of a scope, locked; the
+-- earliest batch of their union (available_at, then id) are taken.  The
+-- others stay locked until the claim's transaction ends (other drainers
+-- skip them meanwhile) and are claimable again after it.  A candidate
+-- from the queue is moved: deleted there and inserted into
+-- idem_outbox_claimed with every column and its lease; one from
+-- idem_outbox_claimed is updated where it is.
 CREATE FUNCTION @extschema@.idem__outbox_claim(args @extschema@.idem__outbox_claim_call)
 RETURNS @extschema@.idem__outbox_claimed[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -282,6 +319,8 @@ DECLARE
     v_token CONSTANT pg_catalog.uuid := pg_catalog.gen_random_uuid();
     v_now pg_catalog.timestamptz;
     v_rows @extschema@.idem__outbox_claimed[];
+    v_moved pg_catalog.int8;
+    v_inserted pg_catalog.int8;
 BEGIN
     {{null_arg(args.batch, 1, batch, 'idem_outbox_claim')}}
     IF args.batch < 1 OR args.batch > 10000 THEN
@@ -293,41 +332,77 @@ BEGIN
     {{setting_int(v_max_attempts, idem.outbox_max_attempts)}}
     -- The scan's bound; the lease starts when the rows are locked.
     v_now := pg_catalog.clock_timestamp();
-    WITH own AS MATERIALIZED (
-        SELECT q.id FROM @extschema@.idem_outbox_queue q
-         WHERE q.scope = s_scope AND q.state = 'pending' AND q.available_at <= v_now
-           AND (q.key_hash IS NULL OR NOT EXISTS (
-                SELECT FROM @extschema@.idem_outbox_queue e
-                 WHERE e.key_hash = q.key_hash AND e.state = 'pending' AND e.scope = q.scope AND e.id < q.id))
-         ORDER BY q.available_at, q.id
-         LIMIT args.batch FOR UPDATE SKIP LOCKED),
+    WITH own_queue AS MATERIALIZED ({{outbox_claimable(idem_outbox_queue, s_scope, args.batch)}}),
+    own_claimed AS MATERIALIZED ({{outbox_claimable(idem_outbox_claimed, s_scope, args.batch)}}),
+    own AS MATERIALIZED (
+        SELECT o.id, o.in_queue
+          FROM (SELECT q.id, q.available_at, true AS in_queue FROM own_queue q
+                UNION ALL
+                SELECT c.id, c.available_at, false FROM own_claimed c) o
+         ORDER BY o.available_at, o.id
+         LIMIT args.batch),
+    -- The shared scope 0 only for what the caller's own left of the batch
+    -- (and never twice for a caller whose scope is 0 itself).
+    shared_queue AS MATERIALIZED ({{outbox_claimable(idem_outbox_queue, 0::pg_catalog.oid,
+        CASE WHEN s_scope = 0 THEN 0 ELSE GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0) END)}}),
+    shared_claimed AS MATERIALIZED ({{outbox_claimable(idem_outbox_claimed, 0::pg_catalog.oid,
+        CASE WHEN s_scope = 0 THEN 0 ELSE GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0) END)}}),
     shared AS MATERIALIZED (
-        SELECT q.id FROM @extschema@.idem_outbox_queue q
-         WHERE s_scope <> 0 AND q.scope = 0::pg_catalog.oid AND q.state = 'pending' AND q.available_at <= v_now
-           AND (q.key_hash IS NULL OR NOT EXISTS (
-                SELECT FROM @extschema@.idem_outbox_queue e
-                 WHERE e.key_hash = q.key_hash AND e.state = 'pending' AND e.scope = q.scope AND e.id < q.id))
-         ORDER BY q.available_at, q.id
-         LIMIT GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0) FOR UPDATE SKIP LOCKED),
-    taken AS (
-        UPDATE @extschema@.idem_outbox_queue q
-           SET attempts = CASE WHEN q.attempts >= v_max_attempts THEN q.attempts ELSE q.attempts + 1 END,
-               state = CASE WHEN q.attempts >= v_max_attempts THEN 'dead' ELSE q.state END,
-               dead_at = CASE WHEN q.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() END,
-               last_error = CASE WHEN q.attempts >= v_max_attempts AND q.claim_token IS NOT NULL
-                                 THEN 'lease expired during the last attempt' ELSE q.last_error END,
-               claim_token = CASE WHEN q.attempts >= v_max_attempts THEN NULL ELSE v_token END,
-               available_at = CASE WHEN q.attempts >= v_max_attempts THEN q.available_at
+        SELECT o.id, o.in_queue
+          FROM (SELECT q.id, q.available_at, true AS in_queue FROM shared_queue q
+                UNION ALL
+                SELECT c.id, c.available_at, false FROM shared_claimed c) o
+         ORDER BY o.available_at, o.id
+         LIMIT GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0)),
+    picked AS (SELECT o.id, o.in_queue FROM own o UNION ALL SELECT s.id, s.in_queue FROM shared s),
+    moved AS (
+        DELETE FROM @extschema@.idem_outbox_queue q USING picked p
+         WHERE q.id = p.id AND p.in_queue
+        RETURNING q.*),
+    inserted AS (
+        INSERT INTO @extschema@.idem_outbox_claimed AS c
+               (id, topic, message_key, key_hash, payload, payload_bytes, headers, state, attempts, last_error,
+                available_at, claim_token, created_at, published_at, dead_at, scope)
+        SELECT m.id, m.topic, m.message_key, m.key_hash, m.payload, m.payload_bytes, m.headers,
+               CASE WHEN m.attempts >= v_max_attempts THEN 'dead' ELSE 'pending' END,
+               CASE WHEN m.attempts >= v_max_attempts THEN m.attempts ELSE m.attempts + 1 END,
+               CASE WHEN m.attempts >= v_max_attempts AND m.claim_token IS NOT NULL
+                    THEN 'lease expired during the last attempt' ELSE m.last_error END,
+               CASE WHEN m.attempts >= v_max_attempts THEN m.available_at
+                    ELSE pg_catalog.clock_timestamp() + v_lease END,
+               CASE WHEN m.attempts >= v_max_attempts THEN NULL ELSE v_token END,
+               m.created_at, m.published_at,
+               CASE WHEN m.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() END,
+               m.scope
+          FROM moved m
+        RETURNING c.id, c.topic, c.message_key, c.payload, c.payload_bytes, c.headers, c.attempts,
+                  c.created_at, c.claim_token, c.available_at, c.state),
+    updated AS (
+        UPDATE @extschema@.idem_outbox_claimed c
+           SET attempts = CASE WHEN c.attempts >= v_max_attempts THEN c.attempts ELSE c.attempts + 1 END,
+               state = CASE WHEN c.attempts >= v_max_attempts THEN 'dead' ELSE c.state END,
+               dead_at = CASE WHEN c.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() END,
+               last_error = CASE WHEN c.attempts >= v_max_attempts AND c.claim_token IS NOT NULL
+                                 THEN 'lease expired during the last attempt' ELSE c.last_error END,
+               claim_token = CASE WHEN c.attempts >= v_max_attempts THEN NULL ELSE v_token END,
+               available_at = CASE WHEN c.attempts >= v_max_attempts THEN c.available_at
                                    ELSE pg_catalog.clock_timestamp() + v_lease END
-          FROM (SELECT o.id FROM own o UNION ALL SELECT s.id FROM shared s) b
-         WHERE q.id = b.id
-        RETURNING q.id, q.topic, q.message_key, q.payload, q.payload_bytes, q.headers, q.attempts,
-                  q.created_at, q.claim_token, q.available_at, q.state)
-    SELECT pg_catalog.array_agg(ROW(t.id, t.topic, t.message_key, t.payload, t.payload_bytes, t.headers,
-                                    t.attempts, t.created_at, t.claim_token, t.available_at)
-                                ::@extschema@.idem__outbox_claimed ORDER BY t.id)
-      INTO v_rows
-      FROM taken t WHERE t.state = 'pending';
+          FROM picked p
+         WHERE c.id = p.id AND NOT p.in_queue
+        RETURNING c.id, c.topic, c.message_key, c.payload, c.payload_bytes, c.headers, c.attempts,
+                  c.created_at, c.claim_token, c.available_at, c.state)
+    SELECT (SELECT pg_catalog.count(*) FROM moved), (SELECT pg_catalog.count(*) FROM inserted),
+           (SELECT pg_catalog.array_agg(ROW(t.id, t.topic, t.message_key, t.payload, t.payload_bytes, t.headers,
+                                            t.attempts, t.created_at, t.claim_token, t.available_at)
+                                        ::@extschema@.idem__outbox_claimed ORDER BY t.id)
+              FROM (SELECT * FROM inserted UNION ALL SELECT * FROM updated) t WHERE t.state = 'pending')
+      INTO v_moved, v_inserted, v_rows;
+    -- A BEFORE INSERT trigger on idem_outbox_claimed that skipped a row
+    -- would lose the event the queue gave up: nothing of the claim stays.
+    IF v_inserted <> v_moved THEN
+        RAISE EXCEPTION USING ERRCODE = 'triggered_action_exception', MESSAGE = 'outbox event not claimed',
+            DETAIL = 'A BEFORE INSERT trigger on idem_outbox_claimed skipped the row.';
+    END IF;
     RETURN COALESCE(v_rows, '{}');
 END
 $function$;
@@ -348,8 +423,11 @@ $function$
 -- @before idem_outbox_ack
 CREATE TYPE @extschema@.idem__outbox_ack_call AS (
     token pg_catalog.uuid, ids pg_catalog.int8[], caller @extschema@.idem__caller);
--- Publish the events among ids that the token still holds: out of the
--- queue and into the archive (or only out, idem.outbox_archive = off).
+-- Publish the events among ids that the token still holds: marked
+-- published where they are in idem_outbox_claimed, the row otherwise as
+-- the claim left it (or deleted, idem.outbox_archive = off).  Held means
+-- pending, not only the token: a published event keeps its token, and a
+-- second ack of it publishes nothing.
 CREATE FUNCTION @extschema@.idem__outbox_ack(args @extschema@.idem__outbox_ack_call)
 RETURNS pg_catalog.int4
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -376,20 +454,17 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = pg_catalog.format('parameter "%s" requires a Boolean value', 'idem.outbox_archive');
     END;
-    WITH published AS (
-        DELETE FROM @extschema@.idem_outbox_queue q
-         WHERE q.id = ANY (args.ids) AND q.claim_token = args.token AND q.state <> 'dead'
-           AND q.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid])
-        RETURNING q.*),
-    archived AS (
-        INSERT INTO @extschema@.idem_outbox_archive
-               (id, topic, message_key, key_hash, payload, payload_bytes, headers, attempts, last_error,
-                available_at, claim_token, created_at, published_at, scope)
-        SELECT p.id, p.topic, p.message_key, p.key_hash, p.payload, p.payload_bytes, p.headers, p.attempts,
-               p.last_error, p.available_at, p.claim_token, p.created_at, pg_catalog.clock_timestamp(), p.scope
-          FROM published p WHERE v_archive
-         ORDER BY p.id)
-    SELECT pg_catalog.count(*) INTO v_acked FROM published;
+    IF v_archive THEN
+        UPDATE @extschema@.idem_outbox_claimed c
+           SET state = 'published', published_at = pg_catalog.clock_timestamp()
+         WHERE c.id = ANY (args.ids) AND c.claim_token = args.token AND c.state = 'pending'
+           AND c.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid]);
+    ELSE
+        DELETE FROM @extschema@.idem_outbox_claimed c
+         WHERE c.id = ANY (args.ids) AND c.claim_token = args.token AND c.state = 'pending'
+           AND c.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid]);
+    END IF;
+    GET DIAGNOSTICS v_acked = ROW_COUNT;
     RETURN v_acked;
 END
 $function$;
@@ -453,16 +528,17 @@ BEGIN
     {{caller_scope(args.caller)}}
     {{setting_int(v_max_attempts, idem.outbox_max_attempts)}}
     {{outbox_backoff(v_schedule)}}
-    UPDATE @extschema@.idem_outbox_queue q
+    -- Held as the ack's: pending, with the token (a published event keeps it).
+    UPDATE @extschema@.idem_outbox_claimed c
        SET last_error = args.error, claim_token = NULL,
-           state = CASE WHEN q.attempts >= v_max_attempts THEN 'dead' ELSE q.state END,
-           dead_at = CASE WHEN q.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() ELSE q.dead_at END,
-           available_at = CASE WHEN q.attempts >= v_max_attempts THEN q.available_at
+           state = CASE WHEN c.attempts >= v_max_attempts THEN 'dead' ELSE c.state END,
+           dead_at = CASE WHEN c.attempts >= v_max_attempts THEN pg_catalog.clock_timestamp() ELSE c.dead_at END,
+           available_at = CASE WHEN c.attempts >= v_max_attempts THEN c.available_at
                                ELSE pg_catalog.clock_timestamp()
-                                    + v_schedule[LEAST(GREATEST(q.attempts, 1), pg_catalog.cardinality(v_schedule))] END
-     WHERE q.id = args.id AND q.claim_token = args.token AND q.state <> 'dead'
-       AND q.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid])
-    RETURNING q.attempts, q.state INTO v_out.attempts, v_state;
+                                    + v_schedule[LEAST(GREATEST(c.attempts, 1), pg_catalog.cardinality(v_schedule))] END
+     WHERE c.id = args.id AND c.claim_token = args.token AND c.state = 'pending'
+       AND c.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid])
+    RETURNING c.attempts, c.state INTO v_out.attempts, v_state;
     IF NOT FOUND THEN
         v_out.outcome := 'stale';
     ELSIF v_state = 'dead' THEN
@@ -487,7 +563,14 @@ END
 $function$
 -- @end
 
--- The archive's prune (outbox_prune.c), admin only, as the tables' owner.
+-- The prune (outbox_prune.c), admin only, as the tables' owner: at most
+-- batch events finished before now - older_than, first the published
+-- ones of idem_outbox_claimed (by published_at, which its BRIN index
+-- serves), then its dead ones (by dead_at, its partial index's), then
+-- published or dead ones a hand edit left in the queue.  Each step locks
+-- what it picked (SKIP LOCKED: a row a claim, an ack or a redrive holds
+-- is left for the next pass) and deletes it only if the newest version is
+-- still finished.
 -- @symbol idem_outbox_prune
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $function$
@@ -496,6 +579,7 @@ DECLARE
     v_batch ALIAS FOR $2;
     v_deleted pg_catalog.int8;
     v_more pg_catalog.int8 := 0;
+    v_cutoff pg_catalog.timestamptz;
 BEGIN
     {{null_arg(v_older_than, 1, older_than, 'idem_outbox_prune')}}
     IF v_older_than < '0'::pg_catalog.interval THEN
@@ -507,24 +591,38 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'batch must be between 1 and 1000000',
             DETAIL = pg_catalog.format('The batch given is %s.', v_batch);
     END IF;
+    -- A value, not clock_timestamp() in the scans: an index condition.
+    v_cutoff := pg_catalog.clock_timestamp() - v_older_than;
     WITH picked AS MATERIALIZED (
-        SELECT a.id FROM @extschema@.idem_outbox_archive a
-         WHERE a.published_at < pg_catalog.clock_timestamp() - v_older_than
+        SELECT c.id FROM @extschema@.idem_outbox_claimed c
+         WHERE c.state = 'published' AND c.published_at < v_cutoff
          LIMIT v_batch FOR UPDATE SKIP LOCKED)
-    DELETE FROM @extschema@.idem_outbox_archive a
-     WHERE a.id = ANY (ARRAY(SELECT b.id FROM picked b))
-       AND a.published_at < pg_catalog.clock_timestamp() - v_older_than;
+    DELETE FROM @extschema@.idem_outbox_claimed c
+     WHERE c.id = ANY (ARRAY(SELECT b.id FROM picked b))
+       AND c.state = 'published' AND c.published_at < v_cutoff;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    IF v_deleted < v_batch THEN
+        WITH picked AS MATERIALIZED (
+            SELECT c.id FROM @extschema@.idem_outbox_claimed c
+             WHERE c.state = 'dead' AND c.dead_at < v_cutoff
+             LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
+        DELETE FROM @extschema@.idem_outbox_claimed c
+         WHERE c.id = ANY (ARRAY(SELECT b.id FROM picked b))
+           AND c.state = 'dead' AND c.dead_at < v_cutoff;
+        GET DIAGNOSTICS v_more = ROW_COUNT;
+        v_deleted := v_deleted + v_more;
+        v_more := 0;
+    END IF;
     IF v_deleted < v_batch THEN
         WITH picked AS MATERIALIZED (
             SELECT q.id FROM @extschema@.idem_outbox_queue q
              WHERE q.state IN ('published', 'dead')
-               AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than
+               AND COALESCE(q.published_at, q.dead_at) < v_cutoff
              LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
         DELETE FROM @extschema@.idem_outbox_queue q
          WHERE q.id = ANY (ARRAY(SELECT b.id FROM picked b))
            AND q.state IN ('published', 'dead')
-           AND COALESCE(q.published_at, q.dead_at) < pg_catalog.clock_timestamp() - v_older_than;
+           AND COALESCE(q.published_at, q.dead_at) < v_cutoff;
         GET DIAGNOSTICS v_more = ROW_COUNT;
     END IF;
     RETURN v_deleted + v_more;
@@ -565,17 +663,25 @@ BEGIN
     v_deadline := pg_catalog.clock_timestamp() + v_timeout;
     LOOP
         v_now := pg_catalog.clock_timestamp();
+        -- Claimable in either table (the queue's new events, or
+        -- idem_outbox_claimed's expired leases and passed backoffs), and
+        -- the next one due in either.
         SELECT EXISTS (SELECT FROM @extschema@.idem_outbox_queue o
                         WHERE o.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid]) AND o.state = 'pending'
                           AND o.available_at <= v_now
-                          AND (o.key_hash IS NULL OR NOT EXISTS (
-                               SELECT FROM @extschema@.idem_outbox_queue e
-                                WHERE e.key_hash = o.key_hash AND e.state = 'pending'
-                                  AND e.scope = o.scope AND e.id < o.id))),
+                          AND (o.key_hash IS NULL OR NOT {{outbox_key_held(o)}}))
+               OR EXISTS (SELECT FROM @extschema@.idem_outbox_claimed o
+                           WHERE o.scope = ANY (ARRAY[s_scope, 0::pg_catalog.oid]) AND o.state = 'pending'
+                             AND o.available_at <= v_now
+                             AND (o.key_hash IS NULL OR NOT {{outbox_key_held(o)}})),
                LEAST((SELECT pg_catalog.min(q.available_at) FROM @extschema@.idem_outbox_queue q
                        WHERE q.scope = s_scope AND q.state = 'pending' AND q.available_at > v_now),
                      (SELECT pg_catalog.min(q.available_at) FROM @extschema@.idem_outbox_queue q
-                       WHERE q.scope = 0::pg_catalog.oid AND q.state = 'pending' AND q.available_at > v_now))
+                       WHERE q.scope = 0::pg_catalog.oid AND q.state = 'pending' AND q.available_at > v_now),
+                     (SELECT pg_catalog.min(c.available_at) FROM @extschema@.idem_outbox_claimed c
+                       WHERE c.scope = s_scope AND c.state = 'pending' AND c.available_at > v_now),
+                     (SELECT pg_catalog.min(c.available_at) FROM @extschema@.idem_outbox_claimed c
+                       WHERE c.scope = 0::pg_catalog.oid AND c.state = 'pending' AND c.available_at > v_now))
           INTO v_found, v_next;
         IF v_found OR pg_catalog.clock_timestamp() >= v_deadline THEN
             RETURN v_found;
@@ -619,7 +725,12 @@ BEGIN
       INTO v_rows
       FROM (SELECT o.topic, s.state, pg_catalog.count(*) AS events, pg_catalog.min(o.created_at) AS oldest,
                    pg_catalog.min(o.available_at) AS next
-              FROM @extschema@.idem_outbox_queue o,
+              FROM (SELECT q.topic, q.state, q.created_at, q.available_at, q.claim_token, q.scope
+                      FROM @extschema@.idem_outbox_queue q
+                    UNION ALL
+                    SELECT c.topic, c.state, c.created_at, c.available_at, c.claim_token, c.scope
+                      FROM @extschema@.idem_outbox_claimed c
+                     WHERE c.state = 'pending' OR c.state = 'dead') o,
                    LATERAL (SELECT CASE WHEN o.state = 'dead' THEN 'dead'
                                         WHEN o.available_at <= pg_catalog.clock_timestamp() THEN 'ready'
                                         WHEN o.claim_token IS NOT NULL THEN 'leased'
@@ -644,8 +755,8 @@ $function$
 -- @end
 
 -- Hand edits through the idem_outbox view land where the row is (the
--- queue, or the archive, which has no state or dead_at).  The extension
--- never writes through the view; its callers need the tables' privileges.
+-- queue, or idem_outbox_claimed: the same columns).  The extension never
+-- writes through the view; its callers need the tables' privileges.
 -- @symbol idem_outbox_view_write
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp
 AS $function$
@@ -658,7 +769,7 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
         DELETE FROM @extschema@.idem_outbox_queue q WHERE q.id = OLD.id;
         IF NOT FOUND THEN
-            DELETE FROM @extschema@.idem_outbox_archive a WHERE a.id = OLD.id;
+            DELETE FROM @extschema@.idem_outbox_claimed c WHERE c.id = OLD.id;
             IF NOT FOUND THEN
                 RETURN NULL;
             END IF;
@@ -673,13 +784,13 @@ BEGIN
            dead_at = NEW.dead_at, scope = NEW.scope
      WHERE q.id = OLD.id;
     IF NOT FOUND THEN
-        UPDATE @extschema@.idem_outbox_archive a
+        UPDATE @extschema@.idem_outbox_claimed c
            SET id = NEW.id, topic = NEW.topic, message_key = NEW.message_key, key_hash = NEW.key_hash,
-               payload = NEW.payload, payload_bytes = NEW.payload_bytes, headers = NEW.headers,
+               payload = NEW.payload, payload_bytes = NEW.payload_bytes, headers = NEW.headers, state = NEW.state,
                attempts = NEW.attempts, last_error = NEW.last_error, available_at = NEW.available_at,
                claim_token = NEW.claim_token, created_at = NEW.created_at, published_at = NEW.published_at,
-               scope = NEW.scope
-         WHERE a.id = OLD.id;
+               dead_at = NEW.dead_at, scope = NEW.scope
+         WHERE c.id = OLD.id;
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;

@@ -17,9 +17,16 @@ AS $function$
             SELECT 'keys_stuck', pg_catalog.count(*) FROM @extschema@.idem_keys k
              WHERE k.state = 'pending' AND k.lease_expires_at < pg_catalog.clock_timestamp()
             UNION ALL
-            SELECT 'outbox_' || q.state, pg_catalog.count(*) FROM @extschema@.idem_outbox_queue q GROUP BY q.state
+            SELECT 'outbox_' || o.state, pg_catalog.count(*)
+              FROM (SELECT q.state FROM @extschema@.idem_outbox_queue q
+                    UNION ALL
+                    SELECT c.state FROM @extschema@.idem_outbox_claimed c WHERE c.state <> 'published') o
+             GROUP BY o.state
             UNION ALL
-            SELECT 'outbox_archived', pg_catalog.count(*) FROM @extschema@.idem_outbox_archive
+            -- The published events kept for idem.outbox_retention, under
+            -- the name the counter had when idem_outbox_archive held them.
+            SELECT 'outbox_archived', pg_catalog.count(*) FROM @extschema@.idem_outbox_claimed c
+             WHERE c.state = 'published'
             UNION ALL
             SELECT 'inbox_' || m.state, pg_catalog.count(*) FROM @extschema@.idem_inbox m GROUP BY m.state
             UNION ALL

@@ -172,7 +172,7 @@ q1(q{SELECT idem_outbox_stage('t.events', '{"n": 1}'::jsonb, 'k')});
 my $stale = q1(q{SELECT claim_token || ' ' || id FROM idem_outbox_claim(10, '1 hour') WHERE topic = 't.events'});
 my ($token, $id) = split / /, $stale;
 # The dead drainer's lease, ended (moved into the past).
-q1(qq{UPDATE idem_outbox_queue SET available_at = clock_timestamp() - interval '1 second' WHERE id = $id});
+q1(qq{UPDATE idem_outbox_claimed SET available_at = clock_timestamp() - interval '1 second' WHERE id = $id});
 my $again = q1(q{SELECT attempts || ' ' || claim_token FROM idem_outbox_claim(10, '1 minute') WHERE topic = 't.events'});
 my ($attempts, $token2) = split / /, $again;
 is($attempts, '2', 'another drainer gets the event, its first attempt counted');
