@@ -5,6 +5,9 @@
 --  * idem_outbox_queue: events never claimed yet.  Insert-only for
 --    stagers and delete-only for claims, packed full (fillfactor 100):
 --    staging is the producers' hot path, inside their own transactions.
+--    (With idem.outbox_archive = off nothing is kept after the ack, so
+--    nothing moves: the C edition's claim leases the event in place here
+--    and the ack deletes it, as up to 0.5.0.)
 --  * idem_outbox_claimed: events a claim has taken at least once, moved
 --    there by their first claim: leased, backing off, dead, and (for
 --    idem.outbox_retention) published.  Half of each page is kept free
@@ -43,17 +46,17 @@ CREATE TABLE idem_outbox_queue (
 );
 -- Default fillfactor (100) on purpose: staging by 4 clients on
 -- PostgreSQL 15 ran at 0.57 x with room kept on each page (measured,
--- docs/benchmarks.md#the-outbox), and no row of the queue is ever
--- updated (its first claim moves it to idem_outbox_claimed), so free room
--- would buy nothing here.
+-- docs/benchmarks.md#the-outbox), and with the archive on no row of the
+-- queue is ever updated (its first claim moves it to idem_outbox_claimed),
+-- so free room would buy nothing here.
 -- No CHECK constraints: PostgreSQL rebuilds them from their stored text
 -- in every executor, and every stage is an executor of its own (the seven
 -- of 0.2.0 cost more than half of a stage's CPU).  The functions are the
 -- tables' only writers and enforce what they said: topic 1 .. 255 bytes,
 -- exactly one of payload / payload_bytes, key_hash = SHA-256(message_key),
--- in the queue state pending and attempts 0; in idem_outbox_claimed
 -- state pending, dead (dead_at set exactly for dead) or published
--- (published_at set exactly for published), attempts counted up from 1.
+-- (published_at set exactly for published), attempts counted up at each
+-- claim from 0 (a redrive starts them again at 0).
 -- (Hand edits through idem_outbox are not checked.)
 ALTER SEQUENCE idem_outbox_id_seq OWNED BY idem_outbox_queue.id;
 
