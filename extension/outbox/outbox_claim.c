@@ -240,8 +240,8 @@ next_version(Claim *claim, DirectTable *from, DirectTable *to, HeapTuple row)
  * are used up (its last attempt's lease ran out), mark it dead, never to
  * be handed out again.  The row is locked by the claim (direct_lock), so
  * no concurrent write can come first.  An event that moves to
- * idem_outbox_claimed is inserted there (the whole event, once, as
- * pgmq's read writes it) and deleted from the queue (a small record).
+ * idem_outbox_claimed is deleted from the queue (a small record) and
+ * inserted there (the whole event, once, as pgmq's read writes it).
  */
 static void
 take(Claim *claim, DirectTable *from, HeapTuple row)
@@ -278,21 +278,23 @@ take(Claim *claim, DirectTable *from, HeapTuple row)
 		direct_set(to, QUEUE_CLAIM_TOKEN, claim->token, false);
 		direct_set(to, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(claim->leased_until), false);
 	}
-	if (from == to)
-		written = direct_update(to, &row->t_self, &new_tid);
-	else
-	{
-		if (direct_insert(to, false, &new_tid) != DIRECT_WRITTEN)
-			ereport(ERROR,
-					(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
-					 errmsg("a BEFORE INSERT trigger on idem_outbox_claimed skipped an event a claim moved"),
-					 errdetail("The claim of event %lld would have lost it.",
-							   (long long) DatumGetInt64(v[COLUMN(to, QUEUE_ID)])),
-					 errhint("Let the trigger return the row it is given.")));
-		written = direct_delete(from, &row->t_self);
-	}
+	/*
+	 * A move deletes the queue row first: the queue's writes then begin
+	 * their trigger query before idem_outbox_claimed's, which the closes
+	 * end in the reverse order (the insert still reads a TOASTed value of
+	 * the deleted row: TOAST's snapshot ignores the deletion).
+	 */
+	written = from == to ? direct_update(to, &row->t_self, &new_tid) :
+		direct_delete(from, &row->t_self);
 	if (written != DIRECT_WRITTEN)
 		elog(ERROR, "pg_idem: a locked outbox event changed under its claim");
+	if (from != to && direct_insert(to, false, &new_tid) != DIRECT_WRITTEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+				 errmsg("a BEFORE INSERT trigger on idem_outbox_claimed skipped an event a claim moved"),
+				 errdetail("The claim of event %lld would have lost it.",
+						   (long long) DatumGetInt64(v[COLUMN(to, QUEUE_ID)])),
+				 errhint("Let the trigger return the row it is given.")));
 	claim->taken++;
 	if (used_up)
 	{

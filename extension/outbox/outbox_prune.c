@@ -55,7 +55,11 @@ static IdemStatement prune_dead = {
 	"    AND c.dead_at < pg_catalog.clock_timestamp() - $2",
 	2, {INT4OID, INTERVALOID}
 };
-/* On 0.5.0's tables: the archive, published longer than $2 ago. */
+/*
+ * On 0.5.0's tables: the archive, published longer than $2 ago.  After
+ * the queue, as the update to 0.6.0 locks them, so that a prune and the
+ * update wait for each other, never deadlock.
+ */
 static IdemStatement prune_archive_0_5 = {
 	"WITH batch AS MATERIALIZED ("
 	"  SELECT id FROM @extschema@.idem_outbox_archive"
@@ -105,7 +109,7 @@ idem_outbox_prune(PG_FUNCTION_ARGS)
 	if (idem_outbox_has_claimed(namespace))
 		steps[0] = &prune_published, steps[1] = &prune_dead, steps[2] = &prune_queue;
 	else
-		steps[0] = &prune_archive_0_5, steps[1] = &prune_queue;
+		steps[0] = &prune_queue, steps[1] = &prune_archive_0_5;
 	for (i = 0; i < (int) lengthof(steps) && steps[i] != NULL && deleted < batch; i++)
 	{
 		values[0] = Int32GetDatum(batch - deleted);

@@ -73,27 +73,39 @@ DIRECT_TABLE_INDEXED("idem_outbox_claimed", queue_columns, QUEUE_NCOLUMNS,
 					 claimed_indexes, QUEUE_NINDEXES);
 
 /*
- * Has the schema idem_outbox_claimed (false: 0.5.0's tables)?  A table of
- * that name that is not pg_idem's (planted in a schema others may create
- * in) is refused: the prune would delete from it, and fire its triggers,
- * as the caller.
+ * Has the schema pg_idem's idem_outbox_claimed (false: 0.5.0's tables)?
+ * On 0.5.0's tables the name is free, and a table of that name that is
+ * not pg_idem's (planted in a schema others may create in) is not used:
+ * the library serves the 0.5.0 tables as if it were not there (and says
+ * so), never deletes from it or fires its triggers.  From 0.6.0 on
+ * pg_idem's own table holds the name.  The last table found pg_idem's is
+ * kept, so that a call pays one syscache lookup (an OID is not reused
+ * while its table exists).
  */
 bool
 idem_outbox_has_claimed(Oid namespace)
 {
+	static Oid	known_relid = InvalidOid;
 	Oid			relid = get_relname_relid(idem_outbox_claimed_table.relname, namespace);
 	Oid			extension;
 
 	if (!OidIsValid(relid))
 		return false;
+	if (relid == known_relid)
+		return true;
 	extension = getExtensionOfObject(RelationRelationId, relid);
 	if (!OidIsValid(extension) || strcmp(get_extension_name(extension), "pg_idem") != 0)
-		ereport(ERROR,
+	{
+		ereport(WARNING,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("table %s does not belong to extension pg_idem",
+				 errmsg("table %s does not belong to extension pg_idem: not used",
 						idem_outbox_claimed_table.relname),
-				 errdetail("Schema \"%s\" has a table %s that is not pg_idem's.",
-						   get_namespace_name(namespace), idem_outbox_claimed_table.relname)));
+				 errdetail("Schema \"%s\" has a table %s that is not pg_idem's; pg_idem serves its 0.5.0 tables.",
+						   get_namespace_name(namespace), idem_outbox_claimed_table.relname),
+				 errhint("Drop that table, and run ALTER EXTENSION pg_idem UPDATE.")));
+		return false;
+	}
+	known_relid = relid;
 	return true;
 }
 

@@ -55,6 +55,10 @@ SELECT line FROM (
     JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
     LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
   UNION ALL
+  SELECT 'dumped ' || t.config::regclass || ' where ' || t.condition
+    FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS t(config, condition)
+   WHERE e.extname = 'pg_idem'
+  UNION ALL
   SELECT 'constraint ' || conrelid::regclass || '.' || conname || ' ' || pg_get_constraintdef(co.oid)
     FROM pg_constraint co JOIN members m ON m.classid = 'pg_class'::regclass AND m.objid = co.conrelid
   UNION ALL

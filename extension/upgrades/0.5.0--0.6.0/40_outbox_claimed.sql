@@ -4,10 +4,14 @@
 -- The update moves across every event a claim has taken (leased, backing
 -- off, dead, or marked published in the queue by this library before the
 -- update: outbox/outbox_queue.c) and the archive's rows, and makes the
--- archive a view of the published ones.  The queue is locked first, so no claim, ack or nack of the
--- old tables runs in between; those already waiting go on against the
--- new ones.
-LOCK TABLE @extschema@.idem_outbox_queue IN ACCESS EXCLUSIVE MODE;
+-- archive a view of the published ones.  Both tables are locked first,
+-- the queue before the archive (as the 0.6.0 library's prune takes them:
+-- outbox_prune.c), so no claim, ack, nack or prune of the old tables runs
+-- in between and none deadlocks with the update; those already waiting
+-- go on against the new ones.  (A grant on the archive table is not
+-- carried to the view: the update's privileges step grants what it
+-- grants on every relation.)
+LOCK TABLE @extschema@.idem_outbox_queue, @extschema@.idem_outbox_archive IN ACCESS EXCLUSIVE MODE;
 
 CREATE TABLE @extschema@.idem_outbox_claimed (
     id            pg_catalog.int8        NOT NULL,
@@ -73,6 +77,9 @@ SELECT id, topic, message_key, key_hash, payload, payload_bytes, headers, state,
   FROM @extschema@.idem_outbox_claimed;
 COMMENT ON VIEW @extschema@.idem_outbox IS
     'pg_idem: every outbox event, never claimed or claimed (the idem_outbox table of 0.2.0)';
+-- Out of the extension first: that also takes it off pg_dump's list of
+-- configuration tables (pg_extension.extconfig), which DROP TABLE leaves.
+ALTER EXTENSION pg_idem DROP TABLE @extschema@.idem_outbox_archive;
 DROP TABLE @extschema@.idem_outbox_archive;
 
 -- 0.5.0's archive, as a view: the published events, with the archive's
