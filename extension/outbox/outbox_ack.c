@@ -87,6 +87,12 @@ drain_open(Drain *drain, FunctionCallInfo fcinfo, Oid namespace)
 	queue = drain->queue = direct_open(&idem_outbox_queue, namespace, DIRECT_UPDATE);
 	claimed = drain->claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
 	drain->ntables = claimed != NULL ? 2 : 1;
+	if (claimed != NULL)
+	{
+		/* Both tables' writes one trigger query, as one statement's. */
+		direct_begin_trigger_query(queue);
+		direct_begin_trigger_query(claimed);
+	}
 	drain->tables[0] = claimed != NULL && idem_outbox_archive ? claimed : queue;
 	drain->tables[1] = drain->tables[0] == queue ? claimed : queue;
 	drain->fresh[0] = drain->fresh[1] = true;

@@ -279,10 +279,9 @@ take(Claim *claim, DirectTable *from, HeapTuple row)
 		direct_set(to, QUEUE_AVAILABLE_AT, TimestampTzGetDatum(claim->leased_until), false);
 	}
 	/*
-	 * A move deletes the queue row first: the queue's writes then begin
-	 * their trigger query before idem_outbox_claimed's, which the closes
-	 * end in the reverse order (the insert still reads a TOASTed value of
-	 * the deleted row: TOAST's snapshot ignores the deletion).
+	 * A move deletes the queue row, then inserts the event (which still
+	 * reads a TOASTed value of the deleted row: TOAST's snapshot ignores
+	 * the deletion).
 	 */
 	written = from == to ? direct_update(to, &row->t_self, &new_tid) :
 		direct_delete(from, &row->t_self);
@@ -431,6 +430,12 @@ idem_outbox_claim(PG_FUNCTION_ARGS)
 	claim.claimed = idem_outbox_open_claimed(namespace, DIRECT_UPDATE);
 	if (claim.claimed == NULL)
 		claim.claimed = claim.queue;
+	else
+	{
+		/* Both tables' writes one trigger query, as one statement's. */
+		direct_begin_trigger_query(claim.queue);
+		direct_begin_trigger_query(claim.claimed);
+	}
 	/*
 	 * The clock is read once the tables' locks are held: the open waits for
 	 * any DDL, REINDEX or CREATE INDEX on them, and a lease reckoned

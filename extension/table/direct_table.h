@@ -127,6 +127,7 @@ extern DirectWrite direct_insert(DirectTable *table, bool on_conflict_do_nothing
 extern DirectWrite direct_update(DirectTable *table, ItemPointer old_tid, ItemPointer new_tid);
 extern DirectWrite direct_delete(DirectTable *table, ItemPointer tid);
 extern HeapTuple direct_lock(DirectTable *table, ItemPointer tid, bool skip_locked);
+extern void direct_begin_trigger_query(DirectTable *table);
 
 /* What a call may ask of its open table. */
 extern AttrNumber direct_attnum(DirectTable *table, int column);

@@ -113,13 +113,27 @@ start_write(DirectTable *dt, const char *command, CmdType operation)
 		dt->estate->es_snapshot = dt->snapshot;
 	}
 	dt->estate->es_output_cid = GetCurrentCommandId(true);
+	direct_begin_trigger_query(dt);
+	ResetPerTupleExprContext(dt->estate);
+	return true;
+}
+
+/*
+ * Begin the table's trigger query (the after-trigger events' level, which
+ * direct_close ends) now rather than at its first write.  A call that
+ * writes two tables begins both, in the order it opened them, before it
+ * writes either: all its writes are then one query level, as one
+ * statement's (each table's statement triggers fire once), and the closes,
+ * in the reverse order, end the levels they began.
+ */
+void
+direct_begin_trigger_query(DirectTable *dt)
+{
 	if (!dt->query_started)
 	{
 		AfterTriggerBeginQuery();
 		dt->query_started = true;
 	}
-	ResetPerTupleExprContext(dt->estate);
-	return true;
 }
 
 /* The defaults of the columns the caller did not set, into the new row. */
