@@ -152,17 +152,17 @@ WHY = {
         "throughput on PostgreSQL 15 (docs/benchmarks.md#the-outbox), so the default keeps "
         "fillfactor 100."),
     "outbox_pgmq_archive_wal": (
-        "The archive is pgmq's WAL plus the archived copy of each event: its row (about 420 B "
-        "of Heap/INSERT, payload included), its primary-key entry (64 B) and the BRIN summary "
-        "of published_at (about 9 B), by the page's WAL table; the queue's own records are "
-        "those of `outbox_pgmq_wal`. What would close it, measured in plain SQL "
-        "(results/outbox_archive_designs.md, tests/bench/outbox_archive_designs.sh): a "
-        "claim that moves the event into an in-flight table kept at fillfactor 50 and an "
-        "ack that marks it published there, on its page, wrote 1.18 × pgmq's WAL (1425 B "
-        "against 1207 B; this design 1820 B) at no cost to staging, whose queue keeps "
-        "fillfactor 100. Not built yet: the claim, the nack, the lease's expiry and the "
-        "per-key order would read two tables, in both editions. "
-        "`idem.outbox_archive = off` keeps nothing, as pgmq's delete."),
+        "The archive keeps each event in idem_outbox_claimed (issue 35's design): a claim moves "
+        "it there (the queue row's delete, a small record, and the whole row inserted, about "
+        "420 B of Heap/INSERT with its first-row-of-a-page records, and its primary-key and "
+        "claimable entries: what pgmq's read writes for its new version), and the ack marks it "
+        "published on its page, whose free half (fillfactor 50) keeps the update there: about "
+        "130 B of Heap/UPDATE, the changed bytes only, plus a new primary-key entry (64 B; the "
+        "update is not HOT: the claimable index's predicate names the state, and on "
+        "PostgreSQL 15 the BRIN on published_at counts too), by the page's WAL table. "
+        "Measured 1.22 × pgmq's WAL in 0.6.0's run of the design (plain SQL: 1.18 ×, "
+        "results/outbox_archive_designs.md), against 1.51 × for the archive table's copy "
+        "before it. `idem.outbox_archive = off` keeps nothing, as pgmq's delete."),
     "outbox_pgmq_drain1": (
         "Claim and ack of one event are two transactions, each a commit and a WAL flush on "
         "both sides: commit-bound on this machine's disk, as for `outbox_pgmq_stage1`. By "
@@ -180,14 +180,18 @@ WHY = {
         "CPU per event (14.8 against 14.8 and 15.2 µs). The cause is `outbox_pgmq_stage100`'s: "
         "the same heap insert and two B-tree inserts as pgmq on a wider row and index."),
     "outbox_pgmq_archive_drain100": (
-        "The archive is an insert of the whole event per ack (its row, its primary-key entry "
-        "and the BRIN summary of published_at): in 0.6.0's quiet run it took the drain from "
-        "45.6 µs of server CPU per event (archive off, 1.16 × pgmq) to 59.8 µs against "
-        "pgmq's 54.8 µs, whose delete keeps nothing (pgmq's own archive() is the same "
-        "delete-and-insert). What would close it: an ack that does not copy the event, e.g. "
-        "a claim that moves the event into a table kept with free space on its pages, where "
-        "the ack marks it published in place (a HOT update on its page; see "
-        "`outbox_pgmq_archive_wal`)."),
+        "With the archive on each event is written once more than with it off: the claim "
+        "moves it into idem_outbox_claimed (an insert of the row and two index entries, where "
+        "the archive-off claim updates it in the queue) and the ack updates it there (a "
+        "same-page update and a new primary-key entry, where the archive-off ack deletes it). "
+        "By instruction count (callgrind, results/outbox_instructions.md, by 100): 88.5 k per "
+        "event against 70.5 k with the archive off and pgmq's 91.8 k, 1.04 × pgmq; the archive "
+        "table's copy cost the same (87.6 k before the move): the design moved that work from "
+        "the ack to the claim and bought WAL (`outbox_pgmq_archive_wal`), not instructions. "
+        "In 0.6.0's run of it: 1.03 × pgmq by throughput, 1.06 × by server CPU. What would "
+        "close it: an ack that is a HOT update (no new index entry: the state out of the "
+        "claimable index's predicate, which would then keep published events in the claim's "
+        "scan), or a claim that leases without a copy of the event."),
     "outbox_pgmq_mixed": (
         "Producers commit per event and drainers per batch on both sides: commit-bound on "
         "this machine's disk, as for `outbox_pgmq_stage1`; the statements' own cost is in "
