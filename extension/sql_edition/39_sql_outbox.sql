@@ -287,6 +287,17 @@ SELECT c.id, c.available_at FROM @extschema@.%tbl% c
  LIMIT %limit% FOR UPDATE SKIP LOCKED
 -- @end
 
+-- Of the two tables' candidates, the earliest (available_at, then id),
+-- at most limit, each marked with its table.
+-- @snippet outbox_earliest(in_queue, in_claimed, limit)
+SELECT o.id, o.in_queue
+  FROM (SELECT q.id, q.available_at, true AS in_queue FROM %in_queue% q
+        UNION ALL
+        SELECT c.id, c.available_at, false FROM %in_claimed% c) o
+ ORDER BY o.available_at, o.id
+ LIMIT %limit%
+-- @end
+
 -- @before idem_outbox_claim
 CREATE TYPE @extschema@.idem__outbox_claim_call AS (
     batch pg_catalog.int4, lease pg_catalog.interval, caller @extschema@.idem__caller);
@@ -335,26 +346,15 @@ BEGIN
     v_now := pg_catalog.clock_timestamp();
     WITH own_queue AS MATERIALIZED ({{outbox_claimable(idem_outbox_queue, s_scope, args.batch)}}),
     own_claimed AS MATERIALIZED ({{outbox_claimable(idem_outbox_claimed, s_scope, args.batch)}}),
-    own AS MATERIALIZED (
-        SELECT o.id, o.in_queue
-          FROM (SELECT q.id, q.available_at, true AS in_queue FROM own_queue q
-                UNION ALL
-                SELECT c.id, c.available_at, false FROM own_claimed c) o
-         ORDER BY o.available_at, o.id
-         LIMIT args.batch),
+    own AS MATERIALIZED ({{outbox_earliest(own_queue, own_claimed, args.batch)}}),
     -- The shared scope 0 only for what the caller's own left of the batch
     -- (and never twice for a caller whose scope is 0 itself).
     shared_queue AS MATERIALIZED ({{outbox_claimable(idem_outbox_queue, 0::pg_catalog.oid,
         CASE WHEN s_scope = 0 THEN 0 ELSE GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0) END)}}),
     shared_claimed AS MATERIALIZED ({{outbox_claimable(idem_outbox_claimed, 0::pg_catalog.oid,
         CASE WHEN s_scope = 0 THEN 0 ELSE GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0) END)}}),
-    shared AS MATERIALIZED (
-        SELECT o.id, o.in_queue
-          FROM (SELECT q.id, q.available_at, true AS in_queue FROM shared_queue q
-                UNION ALL
-                SELECT c.id, c.available_at, false FROM shared_claimed c) o
-         ORDER BY o.available_at, o.id
-         LIMIT GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0)),
+    shared AS MATERIALIZED ({{outbox_earliest(shared_queue, shared_claimed,
+        GREATEST(args.batch - (SELECT pg_catalog.count(*) FROM own), 0))}}),
     picked AS (SELECT o.id, o.in_queue FROM own o UNION ALL SELECT s.id, s.in_queue FROM shared s),
     moved AS (
         DELETE FROM @extschema@.idem_outbox_queue q USING picked p
