@@ -101,7 +101,7 @@ q -c "CREATE EXTENSION pg_idem" -f "$BENCH/sql/setup.sql" -f "$BENCH/sql/growth.
     echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "parts=$PARTS"
     if measured pacing; then
-        echo "pacing_sizes=${PACING_SIZES:-$PACE_SIZES} pacing_delays=${PACING_DELAYS:-$PACE_DELAYS}"
+        echo "pacing_sizes=${PACING_SIZES:-$PACE_SIZES} pacing_delays=${PACING_DELAYS:-$PACE_DELAYS} pacing_interval=${PACING_INTERVAL:-1s}"
     fi
 } >"$OUT/machine.txt"
 # The parts left out: the committed page's numbers, and the run they are from.
@@ -315,7 +315,9 @@ pacing_phase() {   # KEYS ROUND DELAY_MS[:BATCH]|quiet
     # Whatever the refill and the phase left to write, written before the next.
     q -c "VACUUM idem_keys" -c "CHECKPOINT" >/dev/null
 }
-q -c "ALTER SYSTEM SET idem.cleanup_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
+# PACING_INTERVAL: idem.cleanup_interval during the phases (1s: a pass
+# starts within a second of the phase's start; production's default is 60s).
+q -c "ALTER SYSTEM SET idem.cleanup_interval = '${PACING_INTERVAL:-1s}'" -c "SELECT pg_reload_conf()" >/dev/null
 for n in $PACING_SIZES; do
     q -c "SELECT bench.growth_seed($n, $((n / 2)))" -c "VACUUM ANALYZE idem_keys" -c "CHECKPOINT" >/dev/null
     phases="quiet $PACING_DELAYS"
