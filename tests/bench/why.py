@@ -88,11 +88,18 @@ WHY = {
         "2.6 k and 1.9 k keys/s (its first round's quiet phase ran cold, at 335 requests/s, "
         "and is left out of those medians' reading: 1.91/1.58, 1.54/1.47 and 1.74/1.72 in "
         "rounds 2 and 3). What the claims pay for at 10 M keys does not follow the "
-        "cleanup's share of the cores, unpaced aside (2.3 ×). Not measured yet, and the "
-        "next lead: what is fixed per pass rather than per batch; the benchmark starts a "
-        "pass every second (`idem.cleanup_interval = 1s`, production's default is 60 s), "
-        "and each pass is a background worker started anew, which connects and fills its "
-        "caches before its first batch."),
+        "cleanup's share of the cores, unpaced aside (2.3 ×). Nor what is fixed per pass: "
+        "two runs at 10 M keys and 200 ms on b584f00 (`PACING_INTERVAL=10s` then `1s`, 3 "
+        "rounds each, another machine whose quiet p99 was 0.9–1.2 ms) gave, in the phases "
+        "where the worker deleted at full pace (4.0–4.5 k keys/s), 1.62 × with a pass "
+        "starting at most every 10 s and 1.83, 1.40 and 1.45 × with one every second; "
+        "the 10 s run's other two phases barely cleaned (0.3 and 1.0 k keys/s: its pass "
+        "started late in them) and stayed at quiet (0.75 and 1.08 ×). So the claims pay "
+        "for the deletes themselves at 10 M keys, not for starting passes. Not measured "
+        "yet, and the next lead: the claims' buffer reads during the cleanup at 10 M keys "
+        "(idem_keys and its index no longer fit in shared_buffers, 256 MB here), e.g. "
+        "pg_stat_statements' shared_blks_read of the cycle, quiet against paced, and the "
+        "same run with shared_buffers holding the table."),
     "outbox_stage1": (
         "Staging is a direct insert now (no executor per event; `direct_table.c`); by server "
         "CPU per event it is within 2 µs (4 %) of the floor's bare `INSERT`, and the "
