@@ -97,7 +97,7 @@ WHY = {
         "started late in them) and stayed at quiet (0.75 and 1.08 ×). So the claims pay "
         "for the deletes themselves at 10 M keys, not for starting passes. Not measured "
         "yet, and the next lead: the claims' buffer reads during the cleanup at 10 M keys "
-        "(idem_keys and its index no longer fit in shared_buffers, 256 MB here), e.g. "
+        "(idem_keys and its index no longer fit in shared_buffers, 512 MB in growth.sh), e.g. "
         "pg_stat_statements' shared_blks_read of the cycle, quiet against paced, and the "
         "same run with shared_buffers holding the table."),
     "outbox_stage1": (
