@@ -8,6 +8,8 @@
 #     published in the queue) and the archive's rows into
 #     idem_outbox_claimed; the queue keeps the never-claimed ones only;
 #     idem_outbox_archive becomes a view of the published events.
+#   - A table of the new table's name that is not pg_idem's is not used
+#     before the update (a WARNING says so; the prune leaves it alone).
 #   - After it, nothing is lost or handed out twice: the lease taken
 #     before the update acks with its token, the key's next event waits
 #     for its head and then goes, the dead one is redriven, and the
@@ -63,6 +65,19 @@ is(q1(q{SELECT string_agg(payload->>'name' || ' ' || state, ', ' ORDER BY id) FR
 	'before: every event in the queue, published in place');
 is(q1(q{SELECT count(*) FROM idem_outbox_archive}), '1', "before: the archive holds 0.5.0's row only");
 is(q1(q{SELECT idem_outbox_prune('1 hour')}), '0', 'before: the prune runs on the old tables');
+
+# A table of the new table's name that is not pg_idem's, planted in its
+# schema before the update (a schema others may create in): not used.  The
+# prune would have deleted its row, published two days ago.
+q1(q{CREATE TABLE public.idem_outbox_claimed (id bigint, state text, published_at timestamptz,
+                                              dead_at timestamptz);
+     INSERT INTO public.idem_outbox_claimed VALUES (1, 'published', now() - interval '2 days')});
+my ($rc, $pruned, $err) = $node->psql('postgres', q{SELECT idem_outbox_prune('1 hour')});
+is($pruned, '0', 'before: a planted idem_outbox_claimed ...');
+like($err, qr/WARNING:  table idem_outbox_claimed does not belong to extension pg_idem: not used/,
+	'... is said not to be used ...');
+is(q1('SELECT count(*) FROM public.idem_outbox_claimed'), '1', '... and is not pruned');
+q1('DROP TABLE public.idem_outbox_claimed');
 
 q1('ALTER EXTENSION pg_idem UPDATE');
 
