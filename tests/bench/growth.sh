@@ -70,7 +70,7 @@ CLUSTER_CONF="shared_preload_libraries = 'pg_idem'
 max_connections = 300
 fsync = on
 synchronous_commit = on
-shared_buffers = 512MB
+shared_buffers = ${GROWTH_SHARED_BUFFERS:-512MB}
 max_wal_size = 8GB
 checkpoint_timeout = 1h
 autovacuum = on
@@ -100,6 +100,7 @@ q -c "CREATE EXTENSION pg_idem" -f "$BENCH/sql/setup.sql" -f "$BENCH/sql/growth.
     echo "commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
     echo "parts=$PARTS"
+    echo "shared_buffers=$(q -c 'SHOW shared_buffers')"
     if measured pacing; then
         echo "pacing_sizes=${PACING_SIZES:-$PACE_SIZES} pacing_delays=${PACING_DELAYS:-$PACE_DELAYS} pacing_interval=${PACING_INTERVAL:-1s}"
     fi
@@ -290,15 +291,30 @@ PACING_SECS=${PACING_SECS:-$PILE_SECS}
 PACING_ROUNDS=${PACING_ROUNDS:-$ROUNDS}
 say "pacing: the claims while the worker cleans at idem.cleanup_delay $PACING_DELAYS ms ($PACING_SIZES keys, $PACING_ROUNDS rounds x ${PACING_SECS}s)"
 echo "keys,round,delay_ms,tps,p50_us,p99_us,deleted,cleanup_keys_per_s" >"$OUT/pacing.csv"
+# What each phase did to the buffers (the lead for the 10 M-key miss): the
+# blocks read into shared_buffers, and the dirty ones written out by whoever
+# needed a free buffer (a backend: the claims or the worker; the background
+# writer), from pg_stat_database and pg_stat_bgwriter (pg_stat_io's since 17).
+echo "keys,round,delay_ms,blks_read,blks_hit,buffers_backend,buffers_clean" >"$OUT/pacing_buffers.csv"
 deleted_so_far() { q -c "SELECT value FROM idem_stats WHERE counter = 'cleanup_deleted'"; }
+buffer_counters() {
+    q -F, -c "SELECT d.blks_read, d.blks_hit,
+                     coalesce((to_jsonb(b) ->> 'buffers_backend')::bigint,
+                              (SELECT sum(writes) FROM pg_stat_io WHERE backend_type <> 'background writer'
+                                 AND backend_type <> 'checkpointer')::bigint),
+                     b.buffers_clean
+                FROM pg_stat_database d, pg_stat_bgwriter b WHERE d.datname = current_database()"
+}
 pacing_phase() {   # KEYS ROUND DELAY_MS[:BATCH]|quiet
-    local n=$1 round=$2 delay=$3 d0 d1 t0 t1 result batch=
+    local n=$1 round=$2 delay=$3 d0 d1 t0 t1 b0 b1 result batch=
     d0=$(deleted_so_far)
     case $delay in *:*) batch=${delay#*:} ;; esac
     [ -z "$batch" ] || q -c "ALTER SYSTEM SET idem.cleanup_batch = $batch" >/dev/null
     [ "$delay" = quiet ] ||
         q -c "ALTER SYSTEM SET idem.cleanup_delay = '${delay%%:*}ms'" \
           -c "ALTER SYSTEM SET idem.cleanup_worker = on" -c "SELECT pg_reload_conf()" >/dev/null
+    q -c "SELECT pg_stat_force_next_flush()" >/dev/null 2>&1 || true
+    b0=$(buffer_counters)
     t0=$(date +%s.%N)
     result=$(pgbench_run 4 "$PACING_SECS" cycle-pg_idem)
     if [ "$delay" != quiet ]; then
@@ -308,6 +324,9 @@ pacing_phase() {   # KEYS ROUND DELAY_MS[:BATCH]|quiet
                WHERE backend_type = 'pg_idem cleanup'" >/dev/null
     fi
     t1=$(date +%s.%N)
+    b1=$(buffer_counters)
+    echo "$n,$round,$delay,$(paste -d' ' <(tr , '\n' <<<"$b0") <(tr , '\n' <<<"$b1") | awk '{printf "%s%d", (NR > 1 ? "," : ""), $2 - $1}')" \
+        >>"$OUT/pacing_buffers.csv"
     d1=$(deleted_so_far)
     echo "$n,$round,$delay,$result,$((d1 - d0)),$(echo "scale=0; ($d1 - $d0) / ($t1 - $t0)" | bc)" \
         >>"$OUT/pacing.csv"
