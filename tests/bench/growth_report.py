@@ -305,7 +305,7 @@ def main():
     wakeup_section(read(os.path.join(out, "wakeup.csv")),
                    read(os.path.join(out, "wakeup_harness.csv")), lines)
     os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
-    for name in ("clients.csv", "shapes.csv", "pileup.csv", "pileup_waits.csv", "pacing.csv", "wakeup.csv",
+    for name in ("clients.csv", "shapes.csv", "pileup.csv", "pileup_waits.csv", "pacing.csv", "pacing_buffers.csv", "wakeup.csv",
                  "wakeup_harness.csv",
                  "machine.txt"):
         if os.path.exists(os.path.join(out, name)):
