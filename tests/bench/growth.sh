@@ -298,11 +298,11 @@ echo "keys,round,delay_ms,tps,p50_us,p99_us,deleted,cleanup_keys_per_s" >"$OUT/p
 echo "keys,round,delay_ms,blks_read,blks_hit,buffers_backend,buffers_clean" >"$OUT/pacing_buffers.csv"
 deleted_so_far() { q -c "SELECT value FROM idem_stats WHERE counter = 'cleanup_deleted'"; }
 buffer_counters() {
-    q -F, -c "SELECT d.blks_read, d.blks_hit,
-                     coalesce((to_jsonb(b) ->> 'buffers_backend')::bigint,
-                              (SELECT sum(writes) FROM pg_stat_io WHERE backend_type <> 'background writer'
-                                 AND backend_type <> 'checkpointer')::bigint),
-                     b.buffers_clean
+    local backend_writes="(to_jsonb(b) ->> 'buffers_backend')::bigint"
+    [ "$(q -c 'SHOW server_version_num')" -lt 170000 ] ||
+        backend_writes="(SELECT sum(writes) FROM pg_stat_io
+                          WHERE backend_type NOT IN ('background writer', 'checkpointer'))::bigint"
+    q -F, -c "SELECT d.blks_read, d.blks_hit, $backend_writes, b.buffers_clean
                 FROM pg_stat_database d, pg_stat_bgwriter b WHERE d.datname = current_database()"
 }
 pacing_phase() {   # KEYS ROUND DELAY_MS[:BATCH]|quiet
