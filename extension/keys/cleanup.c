@@ -20,6 +20,16 @@
  * stall the cleanup.  SKIP LOCKED lets several sessions clean at once
  * without waiting on one another or on a key that is being written.
  *
+ * The write finds the picked rows by their TIDs (a TID scan), not by their
+ * keys: a key's primary-key probe is a random leaf of an index that, at
+ * 10 M keys, no longer fits in shared_buffers, so each batch of 1000 keys
+ * read hundreds of leaves the claims then had to read back (the claims'
+ * p99 during a paced cleanup, 10 M keys: see docs/benchmarks.md).  The
+ * TIDs are those of the versions the pick locked, which no one else can
+ * change before this statement ends; a row updated after the statement's
+ * snapshot was taken is not visible at its TID and is left for the next
+ * batch, where the key join would have followed it.
+ *
  *-------------------------------------------------------------------------
  */
 
@@ -45,13 +55,12 @@ PG_FUNCTION_INFO_V1(idem_cleanup);
 	" AND (" k "state <> " IDEM_SQL(IDEM_KEY_FAILED_NAME) " OR " k "lease_expires_at < clock_timestamp())"
 
 static IdemStatement delete_finished = {
-	"WITH batch AS MATERIALIZED ("
-	"  SELECT cache_key, scope FROM @extschema@.idem_keys"
-	"   WHERE " DELETABLE("")
-	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
-	" DELETE FROM @extschema@.idem_keys k USING batch"
-	"  WHERE k.cache_key = batch.cache_key AND k.scope = batch.scope"
-	"    AND " DELETABLE("k."),
+	"DELETE FROM @extschema@.idem_keys k"
+	" WHERE k.ctid = ANY (ARRAY("
+	"   SELECT ctid FROM @extschema@.idem_keys"
+	"    WHERE " DELETABLE("")
+	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
+	"   AND " DELETABLE("k."),
 	2, {INT4OID, INTERVALOID}
 };
 
@@ -59,15 +68,13 @@ static IdemStatement delete_finished = {
 	k "state = " IDEM_SQL(IDEM_KEY_COMPLETED_NAME) " AND " k "created_at < clock_timestamp() - $2"
 
 static IdemStatement expire_responses = {
-	"WITH batch AS MATERIALIZED ("
-	"  SELECT cache_key, scope FROM @extschema@.idem_keys"
-	"   WHERE " EXPIRABLE("")
-	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
-	" UPDATE @extschema@.idem_keys k"
-	"    SET state = " IDEM_SQL(IDEM_KEY_EXPIRED_NAME) ", response_headers = NULL, response_body = NULL"
-	"   FROM batch"
-	"  WHERE k.cache_key = batch.cache_key AND k.scope = batch.scope"
-	"    AND " EXPIRABLE("k."),
+	"UPDATE @extschema@.idem_keys k"
+	"   SET state = " IDEM_SQL(IDEM_KEY_EXPIRED_NAME) ", response_headers = NULL, response_body = NULL"
+	" WHERE k.ctid = ANY (ARRAY("
+	"   SELECT ctid FROM @extschema@.idem_keys"
+	"    WHERE " EXPIRABLE("")
+	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
+	"   AND " EXPIRABLE("k."),
 	2, {INT4OID, INTERVALOID}
 };
 

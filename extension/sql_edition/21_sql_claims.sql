@@ -659,27 +659,26 @@ BEGIN
     {{setting_int(v_tombstone_s, idem.tombstone_ttl)}}
     v_ttl := pg_catalog.make_interval(secs => v_ttl_s);
     v_delete_after := pg_catalog.make_interval(secs => GREATEST(v_ttl_s, v_tombstone_s));
-    WITH picked AS MATERIALIZED (
-        SELECT k.cache_key, k.scope FROM @extschema@.idem_keys k
-         WHERE k.state IN ('completed', 'failed', 'expired')
-           AND k.created_at < pg_catalog.clock_timestamp() - v_delete_after
-           AND (k.state <> 'failed' OR k.lease_expires_at < pg_catalog.clock_timestamp())
-         LIMIT v_batch FOR UPDATE SKIP LOCKED)
-    DELETE FROM @extschema@.idem_keys k USING picked
-     WHERE k.cache_key = picked.cache_key AND k.scope = picked.scope
+    -- The picked rows are written by their TIDs, not looked up by key (see
+    -- the C edition's keys/cleanup.c): a key's index probe is a random leaf.
+    DELETE FROM @extschema@.idem_keys k
+     WHERE k.ctid = ANY (ARRAY(
+           SELECT p.ctid FROM @extschema@.idem_keys p
+            WHERE p.state IN ('completed', 'failed', 'expired')
+              AND p.created_at < pg_catalog.clock_timestamp() - v_delete_after
+              AND (p.state <> 'failed' OR p.lease_expires_at < pg_catalog.clock_timestamp())
+            LIMIT v_batch FOR UPDATE SKIP LOCKED))
        AND k.state IN ('completed', 'failed', 'expired')
        AND k.created_at < pg_catalog.clock_timestamp() - v_delete_after
        AND (k.state <> 'failed' OR k.lease_expires_at < pg_catalog.clock_timestamp());
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     IF v_deleted < v_batch AND v_tombstone_s > v_ttl_s THEN
-        WITH picked AS MATERIALIZED (
-            SELECT k.cache_key, k.scope FROM @extschema@.idem_keys k
-             WHERE k.state = 'completed' AND k.created_at < pg_catalog.clock_timestamp() - v_ttl
-             LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED)
         UPDATE @extschema@.idem_keys k
            SET state = 'expired', response_headers = NULL, response_body = NULL
-          FROM picked
-         WHERE k.cache_key = picked.cache_key AND k.scope = picked.scope
+         WHERE k.ctid = ANY (ARRAY(
+               SELECT p.ctid FROM @extschema@.idem_keys p
+                WHERE p.state = 'completed' AND p.created_at < pg_catalog.clock_timestamp() - v_ttl
+                LIMIT v_batch - v_deleted FOR UPDATE SKIP LOCKED))
            AND k.state = 'completed' AND k.created_at < pg_catalog.clock_timestamp() - v_ttl;
         GET DIAGNOSTICS v_expired = ROW_COUNT;
     END IF;
