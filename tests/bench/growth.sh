@@ -114,6 +114,8 @@ for p in $ALL_PARTS; do
             cp "$RESULTS/raw/growth/wakeup_harness.csv" "$OUT/"
         [ "$p" = pileup ] && [ -f "$RESULTS/raw/growth/pileup_waits.csv" ] &&
             cp "$RESULTS/raw/growth/pileup_waits.csv" "$OUT/"
+        [ "$p" = pacing ] && [ -f "$RESULTS/raw/growth/pacing_buffers.csv" ] &&
+            cp "$RESULTS/raw/growth/pacing_buffers.csv" "$OUT/"
         kept="$kept $p"
     fi
 done

@@ -139,11 +139,19 @@ def pileup_section(rows, waits, lines, plots_in):
     lines.append("")
 
 
-def pacing_section(rows, lines):
+def pacing_section(rows, buffer_rows, lines):
     """The claims' p99 during the worker's cleanup at each idem.cleanup_delay,
-    over the quiet p99 of the same round (median and range of the rounds)."""
+    over the quiet p99 of the same round (median and range of the rounds),
+    and what each phase did to shared_buffers (pacing_buffers.csv, when the
+    run recorded it)."""
     if not rows:
         return
+    buffers = defaultdict(list)
+    for r in buffer_rows:
+        buffers[(int(r["keys"]), r["delay_ms"])].append(r)
+    def buffer_median(cell, column):
+        values = [int(r[column]) for r in buffers.get(cell, []) if r[column] not in ("", None)]
+        return f"{statistics.median(values):,.0f}" if values else ""
     lines.append("## Pacing the cleanup (idem.cleanup_delay)\n")
     lines.append("The claim cycle at 4 clients with N completed keys in idem_keys while the "
                  "cleanup worker deletes a backlog of N/2 keys past their horizon, at each "
@@ -154,10 +162,13 @@ def pacing_section(rows, lines):
                  "worker deleted over the phase, passes and the launcher's second between them "
                  "included (issue 35's target: p99 / quiet <= 1.5 at 1 M and 10 M keys at "
                  "the default delay, 200 ms; `make bench MODE=medium` and `MODE=full` "
-                 "measure 10 M, or `PACING_SIZES`).\n")
+                 "measure 10 M, or `PACING_SIZES`). *Blocks read*: read into shared_buffers "
+                 "by every session over the phase (pg_stat_database); *backend writes*: dirty "
+                 "buffers a session had to write out to get a free one (pg_stat_bgwriter's "
+                 "buffers_backend), medians of the rounds.\n")
     lines.append("| keys | idem.cleanup_delay | rounds | tps | p50 ms | p99 ms | p99 / quiet "
-                 "| cleanup keys/s |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+                 "| cleanup keys/s | blocks read | backend writes |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     judged = pacing_judged(rows)
     cells = defaultdict(list)
     for r in rows:
@@ -179,7 +190,8 @@ def pacing_section(rows, lines):
                      f"| {statistics.median(float(r['tps'] or 0) for r in rs):.0f} "
                      f"| {statistics.median(int(r['p50_us']) for r in rs) / 1000:.2f} "
                      f"| {statistics.median(int(r['p99_us']) for r in rs) / 1000:.2f} "
-                     f"| {rel} | {speed} |")
+                     f"| {rel} | {speed} | {buffer_median((n, delay), 'blks_read')} "
+                     f"| {buffer_median((n, delay), 'buffers_backend')} |")
     lines.append("")
 
 
@@ -301,7 +313,8 @@ def main():
     shapes_section(read(os.path.join(out, "shapes.csv")), lines)
     pileup_section(read(os.path.join(out, "pileup.csv")),
                    read(os.path.join(out, "pileup_waits.csv")), lines, os.path.join(out, "pileup.dat"))
-    pacing_section(read(os.path.join(out, "pacing.csv")), lines)
+    pacing_section(read(os.path.join(out, "pacing.csv")), read(os.path.join(out, "pacing_buffers.csv")),
+                   lines)
     wakeup_section(read(os.path.join(out, "wakeup.csv")),
                    read(os.path.join(out, "wakeup_harness.csv")), lines)
     os.makedirs(os.path.join(results, "raw", "growth"), exist_ok=True)
