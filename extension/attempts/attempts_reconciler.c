@@ -86,7 +86,10 @@ static IdemStatement select_abandoned = {
 	1, {UUIDOID}
 };
 
-/* The predicate stands in the DELETE too, as in cleanup.c. */
+/*
+ * The predicate stands in the DELETE too, and the rows are written by TID
+ * rather than by a probe of their random attempt_id, as in cleanup.c.
+ */
 #define PRUNABLE(a) \
 	a "status IN ('promoted', 'superseded', 'failed')" \
 	" AND " a "updated_at < clock_timestamp() - $1" \
@@ -94,12 +97,12 @@ static IdemStatement select_abandoned = {
 	" THEN " a "generation ELSE " a "generation - 1 END"
 
 static IdemStatement prune_attempts = {
-	"WITH batch AS MATERIALIZED ("
-	"  SELECT attempt_id FROM @extschema@.idem_attempts"
-	"   WHERE " PRUNABLE("")
-	"   LIMIT $2 FOR UPDATE SKIP LOCKED)"
-	" DELETE FROM @extschema@.idem_attempts a USING batch"
-	" WHERE a.attempt_id = batch.attempt_id AND " PRUNABLE("a."),
+	"DELETE FROM @extschema@.idem_attempts a"
+	" WHERE a.ctid = ANY (ARRAY("
+	"   SELECT ctid FROM @extschema@.idem_attempts"
+	"    WHERE " PRUNABLE("")
+	"    LIMIT $2 FOR UPDATE SKIP LOCKED))"
+	"   AND " PRUNABLE("a."),
 	2, {INTERVALOID, INT4OID}
 };
 

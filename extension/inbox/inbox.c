@@ -151,14 +151,14 @@ static IdemStatement revive_message = {
 	"((" alias "state = 'done' AND " alias "processed_at < clock_timestamp() - $2)" \
 	" OR (" alias "state = 'dead' AND " alias "dead_at < clock_timestamp() - $2))"
 
+/* Written by TID, not by a probe of the hashed key: see keys/cleanup.c. */
 static IdemStatement prune_messages = {
-	"WITH batch AS MATERIALIZED ("
-	"  SELECT inbox_key, scope FROM @extschema@.idem_inbox"
-	"   WHERE " PRUNABLE("")
-	"   LIMIT $1 FOR UPDATE SKIP LOCKED)"
-	" DELETE FROM @extschema@.idem_inbox m USING batch"
-	"  WHERE m.inbox_key = batch.inbox_key AND m.scope = batch.scope"
-	"    AND " PRUNABLE("m."),
+	"DELETE FROM @extschema@.idem_inbox m"
+	" WHERE m.ctid = ANY (ARRAY("
+	"   SELECT ctid FROM @extschema@.idem_inbox"
+	"    WHERE " PRUNABLE("")
+	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
+	"   AND " PRUNABLE("m."),
 	2, {INT4OID, INTERVALOID}
 };
 

@@ -340,13 +340,13 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value', MESSAGE = 'batch must be between 1 and 1000000',
             DETAIL = pg_catalog.format('The batch given is %s.', v_batch);
     END IF;
-    WITH picked AS MATERIALIZED (
-        SELECT m.inbox_key, m.scope FROM @extschema@.idem_inbox m
-         WHERE (m.state = 'done' AND m.processed_at < pg_catalog.clock_timestamp() - v_older_than)
-            OR (m.state = 'dead' AND m.dead_at < pg_catalog.clock_timestamp() - v_older_than)
-         LIMIT v_batch FOR UPDATE SKIP LOCKED)
-    DELETE FROM @extschema@.idem_inbox m USING picked
-     WHERE m.inbox_key = picked.inbox_key AND m.scope = picked.scope
+    -- Written by TID, not by a probe of the hashed key (keys/cleanup.c).
+    DELETE FROM @extschema@.idem_inbox m
+     WHERE m.ctid = ANY (ARRAY(
+           SELECT p.ctid FROM @extschema@.idem_inbox p
+            WHERE (p.state = 'done' AND p.processed_at < pg_catalog.clock_timestamp() - v_older_than)
+               OR (p.state = 'dead' AND p.dead_at < pg_catalog.clock_timestamp() - v_older_than)
+            LIMIT v_batch FOR UPDATE SKIP LOCKED))
        AND ((m.state = 'done' AND m.processed_at < pg_catalog.clock_timestamp() - v_older_than)
             OR (m.state = 'dead' AND m.dead_at < pg_catalog.clock_timestamp() - v_older_than));
     GET DIAGNOSTICS v_deleted = ROW_COUNT;

@@ -511,13 +511,13 @@ DECLARE
     v_deleted pg_catalog.int8;
 BEGIN
     {{batch_args($1, retention, $2, 'idem_attempt_prune')}}
-    WITH picked AS MATERIALIZED (
-        SELECT a.attempt_id FROM @extschema@.idem_attempts a
-         WHERE a.status IN ('promoted', 'superseded', 'failed') AND a.updated_at < pg_catalog.clock_timestamp() - $1
-           AND a.swept_through >= CASE WHEN a.status = 'failed' THEN a.generation ELSE a.generation - 1 END
-         LIMIT $2 FOR UPDATE SKIP LOCKED)
-    DELETE FROM @extschema@.idem_attempts a USING picked
-     WHERE a.attempt_id = picked.attempt_id
+    -- Written by TID, not by a probe of the random attempt_id (keys/cleanup.c).
+    DELETE FROM @extschema@.idem_attempts a
+     WHERE a.ctid = ANY (ARRAY(
+           SELECT p.ctid FROM @extschema@.idem_attempts p
+            WHERE p.status IN ('promoted', 'superseded', 'failed') AND p.updated_at < pg_catalog.clock_timestamp() - $1
+              AND p.swept_through >= CASE WHEN p.status = 'failed' THEN p.generation ELSE p.generation - 1 END
+            LIMIT $2 FOR UPDATE SKIP LOCKED))
        AND a.status IN ('promoted', 'superseded', 'failed') AND a.updated_at < pg_catalog.clock_timestamp() - $1
        AND a.swept_through >= CASE WHEN a.status = 'failed' THEN a.generation ELSE a.generation - 1 END;
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
