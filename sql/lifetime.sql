@@ -92,6 +92,22 @@ SET idem.tombstone_ttl = 0;
 SELECT idem_cleanup() AS cleaned;
 SELECT count(*) AS rows_left FROM idem_keys WHERE cache_key = pg_temp.k('e');
 RESET idem.tombstone_ttl;
+-- The cleanup writes the keys it picked by TID (no probe of the primary
+-- key per key), and so with TID scans off too: its only sequential scans
+-- of idem_keys are its two picks (deleting, then expiring); a write that
+-- found its batch by another scan would read the whole table per batch.
+SELECT outcome FROM pg_temp.claim('e', 'four');
+SELECT idem_finalize(pg_temp.k('e'), pg_temp.cid('e'), 200, NULL, 'x') AS finalized;
+SELECT pg_temp.age('e', '40 days');
+BEGIN;
+SET LOCAL enable_tidscan = off;
+SELECT seq_scan AS scans_before FROM pg_stat_xact_user_tables WHERE relid = 'idem_keys'::regclass \gset
+SELECT idem_cleanup() AS cleaned;
+SELECT seq_scan - :scans_before AS seq_scans,
+       (SELECT count(*) FROM idem_keys WHERE cache_key = pg_temp.k('e')) AS rows_left
+  FROM pg_stat_xact_user_tables WHERE relid = 'idem_keys'::regclass;
+SHOW enable_tidscan;
+COMMIT;
 -- Ordinary users cannot change the policy (it decides others' keys).
 CREATE ROLE regress_idem_lifetime;
 SET ROLE regress_idem_lifetime;

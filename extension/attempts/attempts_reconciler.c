@@ -103,7 +103,8 @@ static IdemStatement prune_attempts = {
 	"    WHERE " PRUNABLE("")
 	"    LIMIT $2 FOR UPDATE SKIP LOCKED))"
 	"   AND " PRUNABLE("a."),
-	2, {INTERVALOID, INT4OID}
+	2, {INTERVALOID, INT4OID},
+	.by_tid = true
 };
 
 /* ----------------------------------------------------------------

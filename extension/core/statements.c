@@ -166,6 +166,15 @@ idem_execute(IdemStatement *stmt, Oid namespace, Datum *values,
 	IdemOwnerSwitch save;
 
 	idem_as_owner(namespace, &save);
+	/*
+	 * A statement that writes its batch by TID (keys/cleanup.c) is planned
+	 * with TID scans on whatever the session or database set: with them off
+	 * each batch would be a scan of the whole table.  Undone with the rest
+	 * by idem_as_caller.
+	 */
+	if (stmt->by_tid)
+		(void) set_config_option("enable_tidscan", "on", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
 	rc = SPI_execute_plan(statement_plan(stmt, namespace), values, nulls,
 						  read_only, count);
 	idem_as_caller(&save);

@@ -24,6 +24,7 @@ typedef struct IdemStatement
 	Oid			argtypes[12];
 	SPIPlanPtr	plan;			/* kept plan, or NULL before first use */
 	Oid			namespace;		/* schema the plan was prepared for */
+	bool		by_tid;			/* writes its batch by TID: TID scans pinned on */
 } IdemStatement;
 
 /* The caller's identity, kept while a statement runs as the tables' owner. */

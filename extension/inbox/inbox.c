@@ -159,7 +159,8 @@ static IdemStatement prune_messages = {
 	"    WHERE " PRUNABLE("")
 	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	"   AND " PRUNABLE("m."),
-	2, {INT4OID, INTERVALOID}
+	2, {INT4OID, INTERVALOID},
+	.by_tid = true
 };
 
 /*

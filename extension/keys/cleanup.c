@@ -11,11 +11,11 @@
  * is longer) every finished key is deleted.  A pending key is never
  * touched: its owner may still be running (see idem_stuck).
  *
- * The age and state predicate stands in the UPDATE and the DELETE
- * themselves, not only in the subquery that picks the batch: a key
- * re-claimed, renewed or finalized between the pick and the write is
- * re-checked against its newest version and survives (the bug in the
- * seed's original cleanup).  The batch is picked with the same predicate,
+ * The pick locks each key's newest version and re-checks the age and
+ * state predicate against it: a key re-claimed, renewed or finalized
+ * since the statement began survives (the bug in the seed's original
+ * cleanup).  The predicate stands in the write too, as a guard.  The
+ * batch is picked with the same predicate,
  * so failed keys still in their cooldown cannot fill every batch and
  * stall the cleanup.  SKIP LOCKED lets several sessions clean at once
  * without waiting on one another or on a key that is being written.
@@ -29,7 +29,12 @@
  * are those of the versions the pick locked, which no one else can change
  * before this statement ends; a version committed after the statement's
  * snapshot is not visible at its TID and is left for a later batch (the
- * key join would have followed it and deleted it now).
+ * key join would have followed it and deleted it now).  Such a batch
+ * comes back short although keys are left, and the worker's pass stops
+ * there: rare (a key still deletable after a concurrent write, e.g. an
+ * eviction's tombstone), and the next pass takes them.  The TID scan is
+ * the plan even where a session turned enable_tidscan off
+ * (core/statements.c pins it).
  *
  *-------------------------------------------------------------------------
  */
@@ -62,7 +67,8 @@ static IdemStatement delete_finished = {
 	"    WHERE " DELETABLE("")
 	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	"   AND " DELETABLE("k."),
-	2, {INT4OID, INTERVALOID}
+	2, {INT4OID, INTERVALOID},
+	.by_tid = true
 };
 
 #define EXPIRABLE(k) \
@@ -76,7 +82,8 @@ static IdemStatement expire_responses = {
 	"    WHERE " EXPIRABLE("")
 	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	"   AND " EXPIRABLE("k."),
-	2, {INT4OID, INTERVALOID}
+	2, {INT4OID, INTERVALOID},
+	.by_tid = true
 };
 
 /* Run one cleanup statement over at most batch keys older than age_s. */

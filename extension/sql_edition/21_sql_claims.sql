@@ -633,12 +633,14 @@ $function$;
 CREATE CAST (@extschema@.idem__fail_call AS pg_catalog.bool) WITH FUNCTION @extschema@.idem__fail(@extschema@.idem__fail_call);
 -- @end
 
--- The two horizons (cleanup.c): the predicate stands in the DELETE and
--- the UPDATE themselves, so a key re-claimed or finalized between the
--- pick and the write survives; SKIP LOCKED lets several sessions clean.
+-- The two horizons (cleanup.c): the pick locks each key's newest version
+-- and re-checks the predicate, so a key re-claimed or finalized since the
+-- statement began survives; the write finds the picked rows by TID (with
+-- enable_tidscan pinned on); SKIP LOCKED lets several sessions clean.
 -- Admin only (EXECUTE for idem_admin): it runs as the tables' owner.
 -- @symbol idem_cleanup
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET enable_tidscan = on
 AS $function$
 DECLARE
     v_batch ALIAS FOR $1;

@@ -325,6 +325,7 @@ $function$
 -- dedup window): admin, as the tables' owner.
 -- @symbol idem_inbox_prune
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET enable_tidscan = on
 AS $function$
 DECLARE
     v_older_than ALIAS FOR $1;

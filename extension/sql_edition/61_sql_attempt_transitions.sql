@@ -506,6 +506,7 @@ $function$
 -- retention; the predicate stands in the DELETE too.
 -- @symbol idem_attempt_prune
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET enable_tidscan = on
 AS $function$
 DECLARE
     v_deleted pg_catalog.int8;
