@@ -96,6 +96,12 @@ RESET idem.tombstone_ttl;
 -- key per key), and so with TID scans off too: its only sequential scans
 -- of idem_keys are its two picks (deleting, then expiring); a write that
 -- found its batch by another scan would read the whole table per batch.
+-- 10,000 fresh keys make the table big enough that the planner would
+-- choose a TID scan anyway (a table of a few pages is scanned whole).
+INSERT INTO idem_keys (cache_key, scope, state, request_hash, generation, response_status, response_body)
+SELECT sha256(int8send(i)), current_user::regrole, 'completed', sha256(int8send(i)), i, 200, '\x00'
+  FROM generate_series(1, 10000) i;
+ANALYZE idem_keys;
 SELECT outcome FROM pg_temp.claim('e', 'four');
 SELECT idem_finalize(pg_temp.k('e'), pg_temp.cid('e'), 200, NULL, 'x') AS finalized;
 SELECT pg_temp.age('e', '40 days');
@@ -108,6 +114,7 @@ SELECT seq_scan - :scans_before AS seq_scans,
   FROM pg_stat_xact_user_tables WHERE relid = 'idem_keys'::regclass;
 SHOW enable_tidscan;
 COMMIT;
+DELETE FROM idem_keys WHERE cache_key IN (SELECT sha256(int8send(i)) FROM generate_series(1, 10000) i);
 -- Ordinary users cannot change the policy (it decides others' keys).
 CREATE ROLE regress_idem_lifetime;
 SET ROLE regress_idem_lifetime;
