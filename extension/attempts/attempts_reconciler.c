@@ -97,12 +97,7 @@ static IdemStatement select_abandoned = {
 	" THEN " a "generation ELSE " a "generation - 1 END"
 
 static IdemStatement prune_attempts = {
-	"DELETE FROM @extschema@.idem_attempts a"
-	" WHERE a.ctid = ANY (ARRAY("
-	"   SELECT ctid FROM @extschema@.idem_attempts"
-	"    WHERE " PRUNABLE("")
-	"    LIMIT $2 FOR UPDATE SKIP LOCKED))"
-	"   AND " PRUNABLE("a."),
+	IDEM_BATCH_BY_TID("DELETE FROM @extschema@.idem_attempts a", "a", "idem_attempts", PRUNABLE, "$2"),
 	2, {INTERVALOID, INT4OID},
 	.by_tid = true
 };

@@ -35,6 +35,19 @@ typedef struct IdemOwnerSwitch
 	int			save_nestlevel;
 } IdemOwnerSwitch;
 
+/*
+ * A batch written by TID: WRITE ("DELETE FROM ... alias" or "UPDATE ...
+ * alias SET ...") applied to at most LIMIT rows of TABLE that PRED
+ * matches, picked FOR UPDATE SKIP LOCKED and re-checked by PRED at the
+ * write; PRED(prefix) is a predicate macro over columns named prefix
+ * "column".  keys/cleanup.c says why by TID; a statement made with it
+ * sets .by_tid.
+ */
+#define IDEM_BATCH_BY_TID(WRITE, ALIAS, TABLE, PRED, LIMIT) \
+	WRITE " WHERE " ALIAS ".ctid = ANY (ARRAY(" \
+	"SELECT ctid FROM @extschema@." TABLE " WHERE " PRED("") \
+	" LIMIT " LIMIT " FOR UPDATE SKIP LOCKED)) AND " PRED(ALIAS ".")
+
 extern Oid	idem_function_namespace(FunctionCallInfo fcinfo);
 extern void idem_as_owner(Oid namespace, IdemOwnerSwitch *save);
 extern void idem_as_caller(IdemOwnerSwitch *save);

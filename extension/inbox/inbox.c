@@ -153,12 +153,7 @@ static IdemStatement revive_message = {
 
 /* Written by TID, not by a probe of the hashed key: see keys/cleanup.c. */
 static IdemStatement prune_messages = {
-	"DELETE FROM @extschema@.idem_inbox m"
-	" WHERE m.ctid = ANY (ARRAY("
-	"   SELECT ctid FROM @extschema@.idem_inbox"
-	"    WHERE " PRUNABLE("")
-	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
-	"   AND " PRUNABLE("m."),
+	IDEM_BATCH_BY_TID("DELETE FROM @extschema@.idem_inbox m", "m", "idem_inbox", PRUNABLE, "$1"),
 	2, {INT4OID, INTERVALOID},
 	.by_tid = true
 };

@@ -61,12 +61,7 @@ PG_FUNCTION_INFO_V1(idem_cleanup);
 	" AND (" k "state <> " IDEM_SQL(IDEM_KEY_FAILED_NAME) " OR " k "lease_expires_at < clock_timestamp())"
 
 static IdemStatement delete_finished = {
-	"DELETE FROM @extschema@.idem_keys k"
-	" WHERE k.ctid = ANY (ARRAY("
-	"   SELECT ctid FROM @extschema@.idem_keys"
-	"    WHERE " DELETABLE("")
-	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
-	"   AND " DELETABLE("k."),
+	IDEM_BATCH_BY_TID("DELETE FROM @extschema@.idem_keys k", "k", "idem_keys", DELETABLE, "$1"),
 	2, {INT4OID, INTERVALOID},
 	.by_tid = true
 };
@@ -75,13 +70,10 @@ static IdemStatement delete_finished = {
 	k "state = " IDEM_SQL(IDEM_KEY_COMPLETED_NAME) " AND " k "created_at < clock_timestamp() - $2"
 
 static IdemStatement expire_responses = {
-	"UPDATE @extschema@.idem_keys k"
-	"   SET state = " IDEM_SQL(IDEM_KEY_EXPIRED_NAME) ", response_headers = NULL, response_body = NULL"
-	" WHERE k.ctid = ANY (ARRAY("
-	"   SELECT ctid FROM @extschema@.idem_keys"
-	"    WHERE " EXPIRABLE("")
-	"    LIMIT $1 FOR UPDATE SKIP LOCKED))"
-	"   AND " EXPIRABLE("k."),
+	IDEM_BATCH_BY_TID("UPDATE @extschema@.idem_keys k"
+					  " SET state = " IDEM_SQL(IDEM_KEY_EXPIRED_NAME) ", response_headers = NULL,"
+					  " response_body = NULL",
+					  "k", "idem_keys", EXPIRABLE, "$1"),
 	2, {INT4OID, INTERVALOID},
 	.by_tid = true
 };
