@@ -25,7 +25,7 @@
  * at 10 M keys, no longer fits in shared_buffers: joined by key, a paced
  * cleanup read about 25 k more blocks per 10 s than the claims alone did,
  * and the claims' p99 rose to 1.3-1.9 x quiet; by TID it reads none more
- * and the claims' p99 stayed at 0.9-1.2 x (docs/benchmarks.md).  The TIDs
+ * and the claims' p99 stayed at 0.9-1.4 x (two runs, docs/benchmarks.md).  The TIDs
  * are those of the versions the pick locked, which no one else can change
  * before this statement ends; a version committed after the statement's
  * snapshot is not visible at its TID and is left for a later batch (the
