@@ -92,10 +92,11 @@ SET idem.tombstone_ttl = 0;
 SELECT idem_cleanup() AS cleaned;
 SELECT count(*) AS rows_left FROM idem_keys WHERE cache_key = pg_temp.k('e');
 RESET idem.tombstone_ttl;
--- The cleanup writes the keys it picked by TID (no probe of the primary
--- key per key), and so with TID scans off too: its only sequential scans
--- of idem_keys are its two picks (deleting, then expiring); a write that
--- found its batch by another scan would read the whole table per batch.
+-- The cleanup writes the keys it picked by TID, not by a probe of the
+-- primary key per key (index_scans 0), and so with TID scans off too: its
+-- only sequential scans of idem_keys are its two picks (deleting, then
+-- expiring); a write that found its batch by another scan would read the
+-- whole table per batch.
 -- 10,000 fresh keys make the table big enough that the planner would
 -- choose a TID scan anyway (a table of a few pages is scanned whole).
 INSERT INTO idem_keys (cache_key, scope, state, request_hash, generation, response_status, response_body)
@@ -107,11 +108,12 @@ SELECT idem_finalize(pg_temp.k('e'), pg_temp.cid('e'), 200, NULL, 'x') AS finali
 SELECT pg_temp.age('e', '40 days');
 BEGIN;
 SET LOCAL enable_tidscan = off;
-SELECT seq_scan AS scans_before FROM pg_stat_xact_user_tables WHERE relid = 'idem_keys'::regclass \gset
+SELECT seq_scan AS seq_before, idx_scan AS idx_before
+  FROM pg_stat_xact_user_tables WHERE relid = 'idem_keys'::regclass \gset
 SELECT idem_cleanup() AS cleaned;
-SELECT seq_scan - :scans_before AS seq_scans,
-       (SELECT count(*) FROM idem_keys WHERE cache_key = pg_temp.k('e')) AS rows_left
+SELECT seq_scan - :seq_before AS seq_scans, idx_scan - :idx_before AS index_scans
   FROM pg_stat_xact_user_tables WHERE relid = 'idem_keys'::regclass;
+SELECT count(*) AS rows_left FROM idem_keys WHERE cache_key = pg_temp.k('e');
 SHOW enable_tidscan;
 COMMIT;
 DELETE FROM idem_keys WHERE cache_key IN (SELECT sha256(int8send(i)) FROM generate_series(1, 10000) i);
