@@ -222,9 +222,9 @@ describe('a client\'s own limits', { skip }, () => {
       await admin.end();
     });
     after(async () => {
+      await dropDatabase(bare);
       const admin = new pg.Client(options);
       await admin.connect();
-      await admin.query(`DROP DATABASE IF EXISTS ${bare} WITH (FORCE)`);
       await admin.query(`DROP ROLE IF EXISTS ${norights}`);
       await admin.end();
     });

@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const pg = require('pg');
 const { Runner } = require('..');
-const { DSN, skip } = require('./support');
+const { DSN, dropDatabase, skip } = require('./support');
 const { poolOptions } = require('../lib/conninfo');
 
 const DB = 'idem_node_ascii';
@@ -42,7 +42,7 @@ test.describe('a SQL_ASCII database', { skip }, () => {
   });
   test.after(async () => {
     await pool.end();
-    await admin(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
+    await dropDatabase(DB);
   });
 
   test('lease mode: claim, replay, another body', async () => {
