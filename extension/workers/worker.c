@@ -58,6 +58,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -125,6 +126,29 @@ find_extension(Oid *extension, Oid *schema)
 }
 
 /*
+ * find_extension, then the extension held for the rest of the transaction:
+ * DROP EXTENSION takes the extension's object lock (AccessExclusiveLock) up
+ * to its commit, so with that lock shared, the extension found stays while
+ * the batch runs.  Without it, a DROP committing between the look-up and the
+ * batch's first read of its table made the batch fail with "relation does
+ * not exist".  The look-up is repeated once the lock is held: the wait may
+ * have been for a DROP that has committed since (taking the lock accepts
+ * the catalog's invalidations, so the second look-up sees it).
+ */
+static bool
+find_extension_held(Oid *extension, Oid *schema)
+{
+	Oid			found;
+
+	if (!find_extension(&found, schema))
+		return false;
+	LockDatabaseObject(ExtensionRelationId, found, 0, AccessShareLock);
+	if (!find_extension(extension, schema) || *extension != found)
+		return false;
+	return true;
+}
+
+/*
  * The OID of a job's function: exactly that name and signature in the
  * extension's schema, and a member of the extension; InvalidOid when the
  * installed version has no such function.
@@ -165,7 +189,7 @@ run_batch(const CleanupJob *job)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, job->function);
 
-	if (find_extension(&extension, &schema))
+	if (find_extension_held(&extension, &schema))
 		func = job_function(job, extension, schema);
 	if (OidIsValid(func))
 	{
@@ -370,7 +394,7 @@ record_some_handed_over(void)
 		StartTransactionCommand();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, "recording inbox failures handed over");
-		if (find_extension(&extension, &schema))
+		if (find_extension_held(&extension, &schema))
 			recorded = idem_inbox_record_handed_over(schema);
 		PopActiveSnapshot();
 		CommitTransactionCommand();

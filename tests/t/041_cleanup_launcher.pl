@@ -75,9 +75,24 @@ is( $node->safe_psql(
 	'1', 'one launcher');
 
 # --- DROP EXTENSION: the database is no longer served, and can be dropped
-# without FORCE (no worker stays connected to it).
+# without FORCE (no worker stays connected to it). The DROP is left
+# uncommitted until app_b's worker waits on it: a worker that found the
+# extension before the DROP committed must not then fail on its dropped
+# tables (it holds the extension's lock for its batch, and looks again).
 my $log_offset = -s $node->logfile;
-$node->safe_psql('app_b', 'DROP EXTENSION pg_idem');
+my $dropper = $node->background_psql('app_b');
+$dropper->query_safe('BEGIN');
+$dropper->query_safe('DROP EXTENSION pg_idem');
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) > 0 FROM pg_stat_activity
+	 WHERE datname = 'app_b' AND application_name = 'pg_idem cleanup worker' AND wait_event_type = 'Lock'}),
+	"app_b's worker waits on the uncommitted DROP EXTENSION");
+$dropper->query_safe('COMMIT');
+$dropper->quit;
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_stat_activity
+	 WHERE datname = 'app_b' AND application_name = 'pg_idem cleanup worker' AND wait_event_type = 'Lock'}),
+	'and goes on once it commits');
 $node->safe_psql('app_b', 'CREATE TABLE idem_keys (cache_key bytea)');
 $node->safe_psql('app_b', "INSERT INTO idem_keys VALUES ('\\x00')");
 finished_key('app_a', 'idem', 'a2');
