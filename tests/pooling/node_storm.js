@@ -125,15 +125,22 @@ async function storm(env, label) {
     const base = { PGUSER: server.user, PGDATABASE: DB };
     await storm({ ...base, PGHOST: server.host, PGPORT: String(server.port) }, 'warm-up'); // first connections, first check
     const direct = await storm({ ...base, PGHOST: server.host, PGPORT: String(server.port) }, 'direct');
-    const pooled = await storm({ ...base, PGHOST: '127.0.0.1', PGPORT: String(bouncer.port) },
-      `through PgBouncer (transaction mode, pool ${POOL_SIZE})`);
-    for (const [label, r] of [['direct', direct], ['pgbouncer', pooled]]) {
-      if (r.runs !== 1) failures.push(`${label}: the handler ran ${r.runs} times`);
-      if (r.statuses[201] !== DUPLICATES) failures.push(`${label}: not every answer is the route's 201: ${JSON.stringify(r.statuses)}`);
-      if (r.bodies.size !== 1) failures.push(`${label}: the duplicates got different bodies`);
-    }
-    // About twice the direct time; 250 ms of slack for a loaded machine.
+    // About twice the direct time; 250 ms of slack for a loaded machine. A
+    // storm over the bound gets one more try (its first ran on cold pooler
+    // connections): the regression this guards against, followers holding
+    // the pooler's connections for their budget, costs seconds every time.
     const bound = 2 * direct.ms + 250;
+    const pooledEnv = { ...base, PGHOST: '127.0.0.1', PGPORT: String(bouncer.port) };
+    const label = `through PgBouncer (transaction mode, pool ${POOL_SIZE})`;
+    const first = await storm(pooledEnv, label);
+    const pooled = first.ms > bound ? await storm(pooledEnv, `${label}, again`) : first;
+    const storms = [['direct', direct], ['pgbouncer', first]];
+    if (pooled !== first) storms.push(['pgbouncer again', pooled]);
+    for (const [name, r] of storms) {
+      if (r.runs !== 1) failures.push(`${name}: the handler ran ${r.runs} times`);
+      if (r.statuses[201] !== DUPLICATES) failures.push(`${name}: not every answer is the route's 201: ${JSON.stringify(r.statuses)}`);
+      if (r.bodies.size !== 1) failures.push(`${name}: the duplicates got different bodies`);
+    }
     if (pooled.ms > bound) failures.push(`pgbouncer: answered in ${Math.round(pooled.ms)} ms, over ${Math.round(bound)} ms (2 x direct + 250)`);
   } finally {
     bouncer.stop();

@@ -4,7 +4,7 @@ transaction mode with a pool of 5 server connections, gets 20 duplicates
 of a 300 ms handler at once, three times. Each time exactly one handler
 run, no 503, every duplicate answered the winner's response; the median
 time to the last answer within twice the same storms' straight to the
-server.
+server, plus 0.25 s of slack.
 
     python3 tests/pooling/python_storm.py --dsn CONNINFO [--pgbouncer PATH] [--pool 5]
 
@@ -164,8 +164,11 @@ def main():
             if len(bodies) != 1:
                 failures.append("%s: %d different bodies, expected the winner's for all" % (name, len(bodies)))
     print("median: direct %.3f s, behind PgBouncer %.3f s" % (direct[1], behind[1]))
-    if behind[1] > 2 * direct[1]:
-        failures.append("pooled: answered after %.3f s (median), over twice the direct %.3f s"
+    # About twice the direct time, 0.25 s of slack for a loaded machine (the
+    # regression this guards against, followers holding the pooler's
+    # connections for their budget, costs seconds).
+    if behind[1] > 2 * direct[1] + 0.25:
+        failures.append("pooled: answered after %.3f s (median), over twice the direct %.3f s + 0.25 s"
                         % (behind[1], direct[1]))
     for f in failures:
         print("python storm: FAILED: " + f)

@@ -421,7 +421,7 @@ TEST_F(Outbox, FailingPublisherIsRetriedAfterBackoffThenDead)
 {
     // Short backoff and cap for this drainer's session (both USERSET).
     simple_pool pool(idem_test::dsn_with(dsn(), "options",
-                                         "-c idem.outbox_backoff=300ms -c idem.outbox_max_attempts=3"));
+                                         "-c idem.outbox_backoff=1s -c idem.outbox_max_attempts=3"));
     const auto ids = stage("payments", 1, {});
     std::atomic<int> calls{0};
     drainer d(pool, [&](const outbox_event &e) {
@@ -434,9 +434,9 @@ TEST_F(Outbox, FailingPublisherIsRetriedAfterBackoffThenDead)
     EXPECT_EQ(b1.claimed, 1u);
     EXPECT_EQ(b1.retried, 1u);
     EXPECT_EQ(d.drain_once().claimed, 0u);  // backing off
-    std::this_thread::sleep_for(350ms);
+    std::this_thread::sleep_for(1100ms);
     EXPECT_EQ(d.drain_once().retried, 1u);
-    std::this_thread::sleep_for(350ms);
+    std::this_thread::sleep_for(1100ms);
     batch_report b3 = d.drain_once();
     EXPECT_EQ(b3.dead, 1u);
     EXPECT_EQ(calls.load(), 3);
@@ -444,13 +444,13 @@ TEST_F(Outbox, FailingPublisherIsRetriedAfterBackoffThenDead)
     EXPECT_EQ(row.get_text(0, 0), "dead");
     EXPECT_EQ(row.get_int(0, 1), 3);
     EXPECT_EQ(row.get_text(0, 2), "broker down");
-    std::this_thread::sleep_for(350ms);
+    std::this_thread::sleep_for(1100ms);
     EXPECT_EQ(d.drain_once().claimed, 0u);  // dead: never again
 }
 
 TEST_F(Outbox, FailedEventHoldsItsKeyUntilItIsPublished)
 {
-    simple_pool pool(idem_test::dsn_with(dsn(), "options", "-c idem.outbox_backoff=300ms"));
+    simple_pool pool(idem_test::dsn_with(dsn(), "options", "-c idem.outbox_backoff=1s"));
     const auto ids = stage("payments", 3, {"acct-1"});
     std::vector<std::int64_t> published;
     bool failed_once = false;
@@ -507,7 +507,7 @@ TEST_F(Outbox, StopFinishesTheBatchOrAbandonsTheRest)
         simple_pool pool(dsn());
         const auto ids = stage("exports", 6, {});
         drainer_settings s;
-        s.lease = 800ms;
+        s.lease = 2000ms;  // the abandoned rest stays leased while a slow machine looks
         s.on_stop = mode;
         std::atomic<int> published{0};
         drainer *self = nullptr;
@@ -536,7 +536,7 @@ TEST_F(Outbox, StopFinishesTheBatchOrAbandonsTheRest)
             simple_pool pool2(dsn());
             drainer again(pool2, [](const outbox_event &) { return publish_result::ok(); });
             EXPECT_EQ(again.drain_once().claimed, 0u);
-            std::this_thread::sleep_for(850ms);
+            std::this_thread::sleep_for(2100ms);
             batch_report b = again.drain_once();
             EXPECT_EQ(b.claimed, 5u);
             EXPECT_EQ(b.acked, 5u);
@@ -552,7 +552,7 @@ TEST_F(Outbox, AckAfterTheLeaseWasTakenOverIsReported)
     std::condition_variable cv;
     bool release = false, entered = false;
     drainer_settings s;
-    s.lease = 500ms;
+    s.lease = 1500ms;  // a slow claim still leaves the publish time within the lease
     s.lease_margin = 0ms;
     drainer slow(pool,
                  [&](const outbox_event &) {
@@ -575,7 +575,7 @@ TEST_F(Outbox, AckAfterTheLeaseWasTakenOverIsReported)
         }
     }
     // The lease runs out while the slow drainer publishes; another takes over.
-    std::this_thread::sleep_for(600ms);
+    std::this_thread::sleep_for(1600ms);
     drainer fast(pool, [](const outbox_event &) { return publish_result::ok(); });
     batch_report b = fast.drain_once();
     EXPECT_EQ(b.claimed, 1u);

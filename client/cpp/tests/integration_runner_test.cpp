@@ -108,14 +108,16 @@ TEST(Runner, HandlerLongerThanTheLeaseKeepsItsClaim)
     IDEM_REQUIRE_DB();
     simple_pool pool(idem_test::dsn(), 8);
     idem_test::counting_metrics m;
-    runner run(pool, quick().lease(300ms).follower_wait_budget(3s).build(), &m);
+    // Renewed every 100 ms, a 1 s lease has 900 ms of slack per renewal: a
+    // descheduled thread on a loaded machine delays a renewal, never loses it.
+    runner run(pool, quick().lease(1000ms).renew_interval(100ms).follower_wait_budget(10s).build(), &m);
     req_data rq{idem_test::unique_key("long")};
     std::atomic<int> runs{0};
     std::promise<void> entered;
     auto handler = [&](const claim_context &claim) {
         if (runs++ == 0)
             entered.set_value();
-        std::this_thread::sleep_for(1000ms);  // more than three leases
+        std::this_thread::sleep_for(2000ms);  // two leases
         EXPECT_FALSE(claim.lost());
         return response{200, {}, "slow"};
     };
@@ -179,7 +181,9 @@ TEST(Runner, ServerErrorCoolsDownThenARetryRunsOnce)
     IDEM_REQUIRE_DB();
     simple_pool pool(idem_test::dsn());
     idem_test::counting_metrics m;
-    runner run(pool, quick().failure_cooldown(400ms).build(), &m);
+    // 1 s: the longest cooldown whose Retry-After is still "1", so a slow
+    // machine has the most time to send the retry within it.
+    runner run(pool, quick().failure_cooldown(1000ms).build(), &m);
     req_data rq{idem_test::unique_key("cooldown")};
     std::atomic<int> runs{0};
     auto handler = [&](const claim_context &) {
@@ -195,7 +199,7 @@ TEST(Runner, ServerErrorCoolsDownThenARetryRunsOnce)
     EXPECT_FALSE(cooling.handler_ran);
     EXPECT_EQ(m.count(event::retryable_cooldown), 1);
     EXPECT_EQ(runs.load(), 1);
-    std::this_thread::sleep_for(450ms);
+    std::this_thread::sleep_for(1100ms);
     // After the cooldown, concurrent retries: one run.
     std::vector<std::future<run_result>> futures;
     for (int i = 0; i < 4; ++i)
@@ -522,14 +526,16 @@ TEST(Runner, RenewalSurvivesALostConnection)
     IDEM_REQUIRE_DB();
     simple_pool pool(idem_test::dsn(), 8);
     idem_test::counting_metrics m;
-    runner run(pool, quick().lease(300ms).follower_wait_budget(4s).build(), &m);
+    // The renewal must reconnect within the lease: 1 s renewed every 100 ms
+    // leaves 900 ms for that on a loaded machine.
+    runner run(pool, quick().lease(1000ms).renew_interval(100ms).follower_wait_budget(10s).build(), &m);
     req_data rq{idem_test::unique_key("renew-conn")};
     std::atomic<int> runs{0};
     std::promise<void> entered;
     auto handler = [&](const claim_context &claim) {
         if (runs++ == 0)
             entered.set_value();
-        std::this_thread::sleep_for(1200ms);
+        std::this_thread::sleep_for(2500ms);
         EXPECT_FALSE(claim.lost());
         return response{200, {}, "kept"};
     };

@@ -8,9 +8,10 @@
 //       the handler inserting msg_effects(key = ID); at HANG_ID it prints
 //       "handling ID" and hangs inside the handler (to be killed). Prints
 //       "ID OUTCOME" per message.
-//   idem_messages_helper relay DSN BATCH LEASE_MS DELAY_MS
+//   idem_messages_helper relay DSN BATCH LEASE_MS DELAY_MS HOLD_AT
 //       runs a drainer whose publisher prints "published ID" and sleeps
-//       DELAY_MS (to be killed mid-batch).
+//       DELAY_MS; the HOLD_AT-th publish hangs after its line (to be killed
+//       there, mid-batch, however late the parent reads it).
 //   idem_messages_helper stall DSN LEASE_MS
 //       one drain_once whose publisher prints "publishing ID" for the first
 //       event and waits for a line on stdin (a stall past the lease); then
@@ -56,8 +57,9 @@ int consume(const std::string &dsn, int max_attempts, const std::string &hang, i
     return 0;
 }
 
-int relay(const std::string &dsn, int batch, long lease_ms, long delay_ms)
+int relay(const std::string &dsn, int batch, long lease_ms, long delay_ms, long hold_at)
 {
+    long publishes = 0;
     idem::simple_pool pool(dsn);
     idem::drainer_settings s;
     s.batch = batch;
@@ -65,6 +67,9 @@ int relay(const std::string &dsn, int batch, long lease_ms, long delay_ms)
     s.idle_wait = std::chrono::milliseconds(200);
     idem::drainer d(pool, [&](const idem::outbox_event &e) {
         say("published " + std::to_string(e.id));
+        if (++publishes == hold_at)
+            for (;;)
+                std::this_thread::sleep_for(std::chrono::seconds(1));
         std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
         return idem::publish_result::ok();
     }, s);
@@ -104,8 +109,8 @@ int main(int argc, char **argv)
         const std::string mode = argc > 2 ? argv[1] : "";
         if (mode == "consume" && argc >= 5)
             return consume(argv[2], std::atoi(argv[3]), argv[4], argc - 5, argv + 5);
-        if (mode == "relay" && argc == 6)
-            return relay(argv[2], std::atoi(argv[3]), std::atol(argv[4]), std::atol(argv[5]));
+        if (mode == "relay" && argc == 7)
+            return relay(argv[2], std::atoi(argv[3]), std::atol(argv[4]), std::atol(argv[5]), std::atol(argv[6]));
         if (mode == "stall" && argc == 4)
             return stall(argv[2], std::atol(argv[3]));
         std::fprintf(stderr, "usage: %s consume|relay|stall DSN ... (see the top of messages_helper_main.cpp)\n",

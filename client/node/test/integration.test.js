@@ -97,14 +97,16 @@ test.describe('against the server', { skip }, () => {
   });
 
   test('5xx: cooldown with Retry-After, then one retry runs; a throwing handler too', async () => {
-    const r = new Runner(pool, { failureCooldown: 500 });
+    // 1 s: the longest cooldown whose Retry-After is still "1", so a slow
+    // machine has the most time to send the retry within it.
+    const r = new Runner(pool, { failureCooldown: 1000 });
     const k = key();
     assert.equal((await r.run(req(k), ok('', 503))).response.status, 503);
     const cool = await r.run(req(k), ok());
     assert.equal(cool.response.status, 503);
     assert.equal(header(cool.response, 'retry-after'), '1');
     assert.ok(!cool.handlerRan);
-    await sleep(600);
+    await sleep(1100);
     assert.ok((await r.run(req(k), ok())).handlerRan);
     const k2 = key();
     await assert.rejects(r.run(req(k2), async () => { throw new Error('boom'); }), /boom/);
@@ -154,11 +156,13 @@ test.describe('against the server', { skip }, () => {
   });
 
   test('the lease is renewed while the handler runs', async () => {
-    const r = new Runner(pool, { lease: 300 });
+    // Renewed every 100 ms, the 1 s lease has 900 ms of slack per renewal;
+    // read at 1.5 s, it is live only because it was renewed.
+    const r = new Runner(pool, { lease: 1000, renewInterval: 100 });
     const k = key();
     let lost;
-    const run = r.run(req(k), async (claim) => { await sleep(1000); lost = claim.lost; return { status: 201, body: 'long' }; });
-    await sleep(700);
+    const run = r.run(req(k), async (claim) => { await sleep(2500); lost = claim.lost; return { status: 201, body: 'long' }; });
+    await sleep(1500);
     const st = (await db.query('SELECT state, lease_expires_at > now() AS live FROM idem_keys WHERE cache_key = $1',
       [cacheKey('alice', 'POST', '/payments', k)])).rows[0];
     const res = await run;

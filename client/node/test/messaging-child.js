@@ -8,9 +8,10 @@
 //     handler inserting msg_effects(key = ID); at HANG_ID it prints
 //     "handling ID" and hangs inside the handler (to be killed). Prints
 //     "ID OUTCOME" per message.
-//   node messaging-child.js relay OPTIONS_JSON BATCH LEASE_MS DELAY_MS
+//   node messaging-child.js relay OPTIONS_JSON BATCH LEASE_MS DELAY_MS HOLD_AT
 //     runs a Drainer whose publisher prints "published ID" and waits
-//     DELAY_MS (to be killed mid-batch).
+//     DELAY_MS; the HOLD_AT-th publish hangs after its line (to be killed
+//     there, mid-batch, however late the parent reads it).
 //   node messaging-child.js stall OPTIONS_JSON LEASE_MS
 //     one drainOnce whose publisher prints "publishing ID" for the first
 //     event and waits for a line on stdin (a stall past the lease); then
@@ -37,9 +38,11 @@ async function consume(pool, maxAttempts, hangId, ...ids) {
   }
 }
 
-async function relay(pool, batch, lease, delay) {
+async function relay(pool, batch, lease, delay, holdAt) {
+  let publishes = 0;
   await new Drainer(pool, async (event) => {
     await say(`published ${event.id}`);
+    if (++publishes === Number(holdAt)) await sleep(3600 * 1000);
     await sleep(Number(delay));
   }, { batch: Number(batch), lease: Number(lease), idleWait: 200 }).run();
 }

@@ -133,7 +133,10 @@ test.describe('killed consumers and relays', { skip }, () => {
     const ids = (await rows("SELECT idem_outbox_stage('procs', jsonb_build_object('n', g),"
       + " CASE WHEN g % 3 = 0 THEN 'key-' || (g % 7) END)::text AS id FROM generate_series(1, 300) g ORDER BY 1"))
       .map((r) => r.id);
-    const r = new Child('relay', 100, 2000, 5);
+    // It hangs at its 150th publish, halfway through its second batch (the
+    // first acked by then); the lease leaves the first batch's 100 publishes
+    // time on a loaded machine.
+    const r = new Child('relay', 100, 5000, 5, 150);
     assert.ok(await r.waitFor(() => r.out.length >= 150), r.out.slice(-3).join('\n'));
     await r.kill();
     const killed = new Set(r.out.filter((l) => l.startsWith('published')).map((l) => l.split(' ')[1]));

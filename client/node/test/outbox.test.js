@@ -86,27 +86,27 @@ test.describe('the relay against the server', { skip }, () => {
   });
 
   test('a failing publisher is retried after the backoff, then dead', async () => {
-    const pool = poolWith({}, '-c idem.outbox_backoff=300ms -c idem.outbox_max_attempts=3');
+    const pool = poolWith({}, '-c idem.outbox_backoff=1s -c idem.outbox_max_attempts=3');
     const [id] = await stage('payments', 1);
     const calls = [];
     const d = new Drainer(pool, async (e) => { calls.push(e.attempts); throw new Error('broker down'); });
     const b1 = await d.drainOnce();
     assert.deepEqual([b1.claimed, b1.retried], [1, 1]);
     assert.equal((await d.drainOnce()).claimed, 0);
-    await sleep(350);
+    await sleep(1100);
     assert.equal((await d.drainOnce()).retried, 1);
-    await sleep(350);
+    await sleep(1100);
     assert.equal((await d.drainOnce()).dead, 1);
     assert.deepEqual(calls, [1, 2, 3]);
     assert.deepEqual({ ...(await one('SELECT state, attempts, last_error FROM idem_outbox WHERE id = $1', [id])) },
       { state: 'dead', attempts: 3, last_error: 'broker down' });
-    await sleep(350);
+    await sleep(1100);
     assert.equal((await d.drainOnce()).claimed, 0);
     await pool.end();
   });
 
   test('a failed event holds its key until it is published', async () => {
-    const pool = poolWith({}, '-c idem.outbox_backoff=300ms');
+    const pool = poolWith({}, '-c idem.outbox_backoff=1s');
     const ids = await stage('payments', 3, ['acct-1']);
     const published = [];
     let failed = false;
@@ -148,7 +148,7 @@ test.describe('the relay against the server', { skip }, () => {
       const d = new Drainer(pool, async () => {
         if (published++ === 0) d.stop();
         await sleep(10);
-      }, { lease: 800, onStop: mode });
+      }, { lease: 2000, onStop: mode }); // the abandoned rest stays leased while a slow machine looks
       await d.run();
       const t = d.totals();
       assert.equal(t.claimed, 6);
@@ -158,7 +158,7 @@ test.describe('the relay against the server', { skip }, () => {
         assert.deepEqual([t.acked, t.abandoned], [1, 5]);
         const again = new Drainer(pool, async () => {});
         assert.equal((await again.drainOnce()).claimed, 0);
-        await sleep(850);
+        await sleep(2100);
         const b = await again.drainOnce();
         assert.deepEqual([b.claimed, b.acked], [5, 5]);
       }
@@ -173,10 +173,10 @@ test.describe('the relay against the server', { skip }, () => {
     const inside = new Promise((r) => { entered = r; });
     let release;
     const gate = new Promise((r) => { release = r; });
-    const slow = new Drainer(pool, async () => { entered(); await gate; }, { lease: 500, leaseMargin: 0 });
+    const slow = new Drainer(pool, async () => { entered(); await gate; }, { lease: 1500, leaseMargin: 0 }); // a slow claim still leaves the publish its lease
     const late = slow.drainOnce();
     await inside;
-    await sleep(600);
+    await sleep(1600);
     const b = await new Drainer(pool, async () => {}).drainOnce();
     assert.deepEqual([b.claimed, b.acked], [1, 1]);
     release();

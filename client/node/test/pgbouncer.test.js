@@ -73,13 +73,15 @@ pidfile = ${dir}/pgbouncer.pid
   test('every mode', async () => {
     // Fewer server connections (2) than waiting followers (9): a server-side
     // wait would hold every connection the winner needs to renew its lease.
-    const runner = new Runner(bouncer, { lease: 300, followerWaitBudget: 5000, serverWait: false });
+    // Renewed every 100 ms, a 1 s lease has 900 ms of slack per renewal for a
+    // renewal waiting its turn at a busy pooler.
+    const runner = new Runner(bouncer, { lease: 1000, renewInterval: 100, followerWaitBudget: 10000, serverWait: false });
     const k = crypto.randomUUID();
     const req = (key) => ({ principal: 'alice', method: 'POST', target: '/bouncer', keys: [key], body: '{}' });
     let runs = 0;
     const results = await Promise.all(Array.from({ length: 10 }, () => runner.run(req(k), async () => {
       runs += 1;
-      await sleep(800); // renewed twice, on whichever server connection is free
+      await sleep(2000); // two leases, renewed on whichever server connection is free
       return { status: 201, body: 'bounced' };
     })));
     assert.equal(runs, 1);

@@ -33,6 +33,17 @@ test.describe('server-side follower wait', { skip }, () => {
   let pool;
   const waits = async () => Number((await pool.query(
     "SELECT value AS n FROM idem_stats WHERE counter = 'follower_waits'")).rows[0].n);
+  // Resolves once a claim of this database sleeps inside the server (its
+  // wait event is the extension's), so a release comes after the wait began
+  // however slowly the follower got there.
+  const followerSleeping = async (fn = 'idem_claim') => {
+    const until = Date.now() + 60000;
+    while (!(await pool.query("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+      + "AND wait_event_type = 'Extension' AND query LIKE $1 AND pid <> pg_backend_pid()", [`%${fn}%`])).rows.length) {
+      if (Date.now() > until) throw new Error('no follower ever waited inside the server');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
 
   test.before(async () => {
     pool = new pg.Pool({ ...(await createDatabase(DB)), max: 20 });
@@ -50,9 +61,11 @@ test.describe('server-side follower wait', { skip }, () => {
     const r = req('/w');
     const before = await waits();
     const { run: winner, release } = await heldWinner(new Runner(pool), r);
-    setTimeout(release, 500);
     const follower = new Runner(pool, { followerWaitBudget: 30000 });
-    const res = await follower.run(r, async () => ({ status: 201, body: 'follower' }));
+    const answered = follower.run(r, async () => ({ status: 201, body: 'follower' }));
+    await followerSleeping();
+    release();
+    const res = await answered;
     await winner;
     assert.deepEqual(follower.serverWait, { claim: true, begin: true });
     assert.ok(res.replayed);
@@ -82,8 +95,10 @@ test.describe('server-side follower wait', { skip }, () => {
   test('in-transaction followers wait in idem_begin', async () => {
     const r = req('/wtx');
     const { run: winner, release } = await heldWinner(new Runner(pool), r);
-    setTimeout(release, 500);
-    const res = await new Runner(pool, { followerWaitBudget: 30000 }).runInTransaction(r, async () => ({ status: 201, body: 'x' }));
+    const answered = new Runner(pool, { followerWaitBudget: 30000 }).runInTransaction(r, async () => ({ status: 201, body: 'x' }));
+    await followerSleeping('idem_begin');
+    release();
+    const res = await answered;
     await winner;
     assert.ok(res.replayed);
     assert.equal(res.response.body.toString(), 'winner');

@@ -7,9 +7,10 @@ once: the parent reads them to know where to kill it.
         the handler inserting msg_effects(key = ID); at HANG_ID it prints
         "handling ID" and hangs inside the handler (to be killed). Prints
         "ID OUTCOME" per message.
-    messaging_child.py relay DSN BATCH LEASE DELAY
+    messaging_child.py relay DSN BATCH LEASE DELAY HOLD_AT
         runs a Drainer whose publisher prints "published ID" and sleeps
-        DELAY seconds (to be killed mid-batch).
+        DELAY seconds; the HOLD_AT-th publish hangs after its line (to be
+        killed there, mid-batch, however late the parent reads it).
     messaging_child.py stall DSN LEASE
         one drain_once whose publisher prints "publishing ID" for the first
         event and waits for a line on stdin (a stall past the lease); then
@@ -42,9 +43,14 @@ def consume(dsn, max_attempts, hang_id, *ids):
         say(message_id, inbox.handle("procs", message_id, "p", handler).outcome.value)
 
 
-def relay(dsn, batch, lease, delay):
+def relay(dsn, batch, lease, delay, hold_at):
+    publishes = []
+
     def publish(event):
         say("published", event.id)
+        publishes.append(event.id)
+        if len(publishes) == int(hold_at):
+            time.sleep(3600)
         time.sleep(float(delay))
     Drainer(dsn, publish, batch=int(batch), lease=float(lease), idle_wait=0.2).run()
 

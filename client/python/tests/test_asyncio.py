@@ -16,13 +16,14 @@ def req(k, body=b"{}"):
 def test_async_single_flight_and_replay(dsn):
     async def main():
         pool = AsyncSimplePool(dsn)
-        r = AsyncRunner(pool, Config(lease=0.3, follower_wait_budget=3))
+        # 0.9 s of slack per renewal: a slow event loop delays one, never loses the claim.
+        r = AsyncRunner(pool, Config(lease=1.0, renew_interval=0.1, follower_wait_budget=10))
         k = str(uuid.uuid4())
         runs = []
 
         async def handler(claim):
             runs.append(claim.generation)
-            await asyncio.sleep(0.7)  # past two leases: renewed by the task
+            await asyncio.sleep(2.0)  # two leases: renewed by the task
             return Response(201, [("Content-Type", "text/plain")], b"async")
         results = await asyncio.gather(*[r.run(req(k), handler) for _ in range(6)])
         again = await r.run(req(k), handler)

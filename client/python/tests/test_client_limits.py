@@ -153,6 +153,7 @@ def test_an_exhausted_pool_is_its_own_answer_and_log_line(dsn, caplog):
 def test_psycopg_pools_timeout_is_an_exhausted_pool_too(dsn):
     psycopg_pool = pytest.importorskip("psycopg_pool")
     with psycopg_pool.ConnectionPool(dsn, min_size=1, max_size=1, timeout=0.2, kwargs={"autocommit": True}) as pool:
+        pool.wait(60)  # the pool's one connection opened (the 0.2 s is the exhausted pool's wait, not a connect's)
         runner = Runner(pool)
         with pool.connection():
             r = runner.run(Request("alice", "POST", "/pool", [str(uuid.uuid4())], b"{}"),

@@ -27,7 +27,9 @@ def ok(body=b'{"ok": true}', status=201, headers=None):
 @pytest.fixture
 def runner(dsn):
     pool = SimplePool(dsn)
-    yield Runner(pool, Config(follower_wait_budget=2.0, failure_cooldown=0.5))
+    # failure_cooldown 1 s: the longest whose Retry-After is still "1", so a
+    # slow machine has the most time to send a retry within it.
+    yield Runner(pool, Config(follower_wait_budget=2.0, failure_cooldown=1.0))
     pool.close()
 
 
@@ -117,7 +119,7 @@ def test_failure_cooldown_then_one_retry(runner):
     assert runner.run(req(k), ok(status=503)).response.status == 503
     cool = runner.run(req(k), ok())
     assert cool.response.status == 503 and not cool.handler_ran and cool.response.header("Retry-After") == "1"
-    time.sleep(0.6)
+    time.sleep(1.1)
     assert runner.run(req(k), ok()).handler_ran
 
 
@@ -182,17 +184,19 @@ def test_past_the_wait_budget_409_with_retry_after(dsn):
 
 
 def test_lease_is_renewed_while_the_handler_runs(dsn, db):
-    r = Runner(dsn, Config(lease=0.3))
+    # Renewed every 0.1 s, the 1 s lease has 0.9 s of slack per renewal; read
+    # at 1.5 s, it is live only because it was renewed.
+    r = Runner(dsn, Config(lease=1.0, renew_interval=0.1))
     k = key()
     seen = {}
 
     def handler(claim):
-        time.sleep(1.0)  # three leases
+        time.sleep(2.5)  # two and a half leases
         seen["lost"] = claim.lost
         return Response(201, [], b"long")
     t = threading.Thread(target=lambda: seen.setdefault("result", r.run(req(k), handler)))
     t.start()
-    time.sleep(0.7)
+    time.sleep(1.5)
     ck = cache_key("alice", "POST", "/payments", k)
     state = db.execute("SELECT state, lease_expires_at > now() FROM idem_keys WHERE cache_key = %s", (ck,)).fetchone()
     t.join()

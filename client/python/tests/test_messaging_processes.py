@@ -135,8 +135,10 @@ def test_a_relay_killed_mid_batch_loses_nothing(empty_outbox):
         ids = [r[0] for r in c.execute("SELECT idem_outbox_stage('procs', jsonb_build_object('n', g),"
                                        " CASE WHEN g % 3 = 0 THEN 'key-' || (g % 7) END)"
                                        " FROM generate_series(1, 300) g ORDER BY 1").fetchall()]
-    r = Child("relay", dsn, 100, 2, 0.005)
-    # Kill it halfway through its second batch (the first is acked by then).
+    # It hangs at its 150th publish, halfway through its second batch (the
+    # first acked by then); the lease leaves the first batch's 100 publishes
+    # time on a loaded machine.
+    r = Child("relay", dsn, 100, 5, 0.005, 150)
     assert r.wait_for(lambda line: line.startswith("published") and len(r.out) >= 150), r.out[-3:]
     r.kill()
     killed = {int(line.split()[1]) for line in r.out if line.startswith("published")}

@@ -60,14 +60,15 @@ def test_every_mode_behind_a_transaction_pooler(bouncer, db):
     pool = SimplePool(bouncer, prepare_threshold=None)
     # Behind a transaction pooler with fewer server connections (2) than
     # waiting followers (9), a server-side wait would hold every connection
-    # the winner needs to renew its 0.3 s lease: followers poll there.
-    runner = Runner(pool, Config(lease=0.3, follower_wait_budget=5, server_wait=False))
+    # the winner needs to renew its lease: followers poll there. Renewed every
+    # 0.1 s, the 1 s lease has 0.9 s of slack for a renewal waiting its turn.
+    runner = Runner(pool, Config(lease=1.0, renew_interval=0.1, follower_wait_budget=10, server_wait=False))
     k = str(uuid.uuid4())
     runs, results = [], [None] * 10
 
     def handler(claim):
         runs.append(1)
-        time.sleep(0.8)  # renewed twice, each renewal on whichever server connection is free
+        time.sleep(2.0)  # two leases, each renewal on whichever server connection is free
         return Response(201, [], b"bounced")
     threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, runner.run(req(k), handler)))
                for i in range(10)]

@@ -51,16 +51,34 @@ def held_winner(runner, req):
     return t, release
 
 
+def release_when_a_follower_sleeps(dsn, release, function="idem_claim"):
+    """Sets release once a call of function sleeps inside the server (its
+    wait event is the extension's): after the wait began, however slowly the
+    follower got there."""
+    def watch():
+        with psycopg.connect(dsn, autocommit=True) as c:
+            until = time.monotonic() + 60
+            while time.monotonic() < until and not c.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Extension' "
+                    "AND query LIKE %s AND pid <> pg_backend_pid()", ("%" + function + "%",)).fetchone():
+                time.sleep(0.01)
+        release.set()
+    t = threading.Thread(target=watch)
+    t.start()
+    return t
+
+
 def test_followers_wait_in_the_server(wait_dsn):
     k = str(uuid.uuid4())
     req = Request("alice", "POST", "/w", [k], b"{}")
     winner, release = held_winner(Runner(wait_dsn), req)
-    threading.Timer(0.5, release.set).start()
     with psycopg.connect(wait_dsn, autocommit=True) as c:
         before = follower_waits(c)
+        watcher = release_when_a_follower_sleeps(wait_dsn, release)
         follower = Runner(wait_dsn, Config(follower_wait_budget=30))
         r = follower.run(req, lambda claim: Response(201, [], b"follower"))
         winner.join()
+        watcher.join()
         assert follower.engine.server_wait == (True, True)
         assert r.replayed and r.response.body == b"winner"
         assert follower_waits(c) > before  # the follower did wait inside the server
@@ -87,9 +105,10 @@ def test_in_transaction_followers_wait_in_idem_begin(wait_dsn):
     k = str(uuid.uuid4())
     req = Request("alice", "POST", "/wtx", [k], b"{}")
     winner, release = held_winner(Runner(wait_dsn), req)
-    threading.Timer(0.5, release.set).start()
+    watcher = release_when_a_follower_sleeps(wait_dsn, release, "idem_begin")
     r = Runner(wait_dsn, Config(follower_wait_budget=30)).run_in_transaction(req, lambda tx, c: Response(201, [], b"x"))
     winner.join()
+    watcher.join()
     assert r.replayed and r.response.body == b"winner"
 
 
