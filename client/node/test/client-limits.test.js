@@ -25,7 +25,7 @@ const readline = require('node:readline');
 const pg = require('pg');
 const express = require('express');
 const idem = require('..');
-const { DSN, createDatabase, dropDatabase, skip } = require('./support');
+const { DSN, createDatabase, dropDatabase, waitFor, skip } = require('./support');
 
 const SPEC = require('../../conformance/protocol.json');
 
@@ -43,14 +43,6 @@ function assertProblem(response, c, profile = 'ietf') {
   assert.equal(body.type, c.type);
   const retryAfter = response.headers.some(([n]) => n.toLowerCase() === 'retry-after');
   assert.equal(retryAfter, c.retry_after);
-}
-
-async function waitFor(predicate, what, deadlineMs = 60000) {
-  const end = Date.now() + deadlineMs;
-  while (!(await predicate())) {
-    if (Date.now() > end) throw new Error(`still waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 async function serve(app) {

@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const crypto = require('node:crypto');
 const pg = require('pg');
 const { Runner } = require('..');
-const { createDatabase, dropDatabase, skip } = require('./support');
+const { createDatabase, dropDatabase, waitFor, skip } = require('./support');
 
 const DB = 'idem_node_wait_test';
 const req = (target) => ({ principal: 'alice', method: 'POST', target, keys: [crypto.randomUUID()], body: '{}' });
@@ -36,14 +36,10 @@ test.describe('server-side follower wait', { skip }, () => {
   // Resolves once a claim of this database sleeps inside the server (its
   // wait event is the extension's), so a release comes after the wait began
   // however slowly the follower got there.
-  const followerSleeping = async (fn = 'idem_claim') => {
-    const until = Date.now() + 60000;
-    while (!(await pool.query("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
-      + "AND wait_event_type = 'Extension' AND query LIKE $1 AND pid <> pg_backend_pid()", [`%${fn}%`])).rows.length) {
-      if (Date.now() > until) throw new Error('no follower ever waited inside the server');
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  };
+  const followerSleeping = (fn = 'idem_claim') => waitFor(async () => (await pool.query(
+    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+    + "AND wait_event_type = 'Extension' AND query LIKE $1 AND pid <> pg_backend_pid()", [`%${fn}%`])).rows.length > 0,
+  `a follower sleeping in ${fn}`);
 
   test.before(async () => {
     pool = new pg.Pool({ ...(await createDatabase(DB)), max: 20 });

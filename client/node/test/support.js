@@ -47,4 +47,14 @@ async function dropDatabase(name) {
   }
 }
 
-module.exports = { DSN, createDatabase, dropDatabase, skip: DSN ? false : 'PG_IDEM_TEST_DSN is not set' };
+// Resolves once predicate() does; throws after a generous deadline (tests
+// wait for states, never a fixed time).
+async function waitFor(predicate, what, deadlineMs = 60000) {
+  const end = Date.now() + deadlineMs;
+  while (!(await predicate())) {
+    if (Date.now() > end) throw new Error(`still waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+module.exports = { DSN, createDatabase, dropDatabase, waitFor, skip: DSN ? false : 'PG_IDEM_TEST_DSN is not set' };
