@@ -210,10 +210,21 @@ client_build() {
     fi
 }
 
-# A free TCP port (the servers listen on a socket in $WORK as well).
+# A free TCP port for a server of this run (the servers listen on a socket
+# in $WORK as well).  It is picked below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range): a port in that range can be handed to any
+# outgoing connection, a client's or the server's own, between this check
+# and the server's bind, which then fails with "address already in use" (CI
+# saw RabbitMQ's listener do that while its node talked to its own epmd).
+# The Python and Node tests bind port 0 instead: Linux gives bind(0) odd
+# ports and connect() even ones.  The probe below only sees a port
+# something listens on, so another run can still take the same port first:
+# start_rabbitmq and start_pgbouncer retry on new ones.
 free_port() {
-    local port
-    for port in $(shuf -i 20000-60000 -n 50); do
+    local port low=32768 range="20000-60000"
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null
+    [ "$low" -gt 12000 ] 2>/dev/null && range="10000-$((low - 1))"
+    for port in $(shuf -i "$range" -n 50); do
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             echo "$port"
             return

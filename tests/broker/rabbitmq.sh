@@ -30,13 +30,27 @@ rabbitmq() {   # rabbitmq COMMAND ARGS...: one of the package's scripts, as the 
     as_run_user env $(rabbitmq_env) "$RABBITMQ_BIN/$cmd" "$@"
 }
 
+# Any of its three ports can be taken by another run between free_port's
+# check and the node's bind ("eaddrinuse" in server.out, and the node
+# exits): up to three sets of ports are tried, each on a new node name
+# (so on new data).
 start_rabbitmq() {
+    local attempt
+    for attempt in 1 2 3; do
+        start_rabbitmq_once && return 0
+        echo "rabbitmq: attempt $attempt on ports $RABBITMQ_PORT, $RABBITMQ_DIST_PORT, $RABBITMQ_EPMD_PORT failed" >&2
+    done
+    return 1
+}
+
+start_rabbitmq_once() {
     local d=$WORK/rabbitmq
     RABBITMQ_NODE="idem$$x$RANDOM@localhost"
     RABBITMQ_PORT=$(free_port)
     RABBITMQ_DIST_PORT=$(free_port)
     RABBITMQ_EPMD_PORT=$(free_port)
     mkdir -p "$d/log"
+    rm -f "$d/rabbit.pid"                              # a failed attempt's
     echo '[].' >"$d/enabled_plugins"                  # no plugins: AMQP 0-9-1 only
     : >"$d/rabbitmq-env.conf"                          # not /etc/rabbitmq's
     echo 'loopback_users = none' >"$d/rabbitmq.conf"   # guest, from 127.0.0.1 only (the listener's address)

@@ -15,9 +15,9 @@
 PGBOUNCER=${PGBOUNCER:-/usr/sbin/pgbouncer}
 
 # Start it; sets PGBOUNCER_PORT. Returns non-zero when it does not come up.
-# A port free_port found free can be taken before PgBouncer binds it (a
-# client's outgoing connection to 127.0.0.1 takes a port of the same
-# range): up to three ports are tried, each given 20 s to answer.
+# A port free_port found free can be taken before PgBouncer binds it (by
+# another run picking the same one): up to three ports are tried, each
+# given 20 s to answer.
 start_pgbouncer() {
     local attempt
     for attempt in 1 2 3; do
