@@ -35,6 +35,7 @@ shipments, created here): the recipes are run unchanged.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -340,7 +341,11 @@ def main(langs):
             runner.drop_roles(runner.roles() - roles)
         print("   (%s: %.1f s)" % (lang, time.monotonic() - started), flush=True)
     print("broker recipes: %d passed, %d failed" % (checks.passed, checks.failed))
-    return 1 if checks.failed or not checks.passed else 0
+    if checks.failed or not checks.passed:
+        print("   (the examples' sources and outputs are kept in %s)" % tmp)
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
