@@ -105,7 +105,11 @@ bool is_prepared_statement_error(const std::exception &e);
 inline milliseconds wait_for(const config &cfg, clock::time_point deadline,
                              const pg::connection &conn, bool bounded)
 {
-    const milliseconds left = remaining(deadline);
+    // At least a millisecond, as the Python and Node clients ask: under a
+    // millisecond of budget left, 0 would mean "do not wait", answered at
+    // once, and the follower would go round again and again until the
+    // budget ran out (a spin of calls; the budget's test saw a fourth).
+    const milliseconds left = std::max(remaining(deadline), milliseconds(1));
     milliseconds slice = cfg.server_wait_slice();
     if (!cfg.server_wait_slice_set() && (bounded || conn.behind_pooler().value_or(false)))
         slice = config::pooled_wait_slice;

@@ -248,10 +248,10 @@ void engine::wait_for_winner(call &c, pg::connection &, const claim_row &row) co
     milliseconds nap = jittered(c.backoff, cfg_.poll_jitter());
     if (row.retry_after)
         nap = std::min(nap, *row.retry_after + milliseconds(1));
-    nap = std::min(nap, remaining(c.deadline));
     c.backoff = std::min(c.backoff * 2, cfg_.poll_max());
-    if (nap.count() > 0)
-        std::this_thread::sleep_for(nap);
+    // To the deadline exactly, not to its whole milliseconds: a nap cut to
+    // 0 ms would go round without sleeping in the budget's last one.
+    std::this_thread::sleep_until(std::min(clock::now() + nap, c.deadline));
 }
 
 run_result engine::loop(call &c, connection_handle conn, bool claim_first,
